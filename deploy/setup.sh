@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything traind needs to build, test and run on a fresh Debian bookworm machine.
+# Idempotent: packages already present are skipped, so running it again costs ~1 s.
+set -euo pipefail
+
+# Build + runtime libraries (see ../shared/BUILD-NOTES.md for why each is here).
+BUILD_PACKAGES=(
+  bazel-bootstrap g++ pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libssl-dev openssl prometheus-cpp-dev libonnx-dev libgtest-dev libgmock-dev
+  libdnnl-dev libopenblas-dev
+)
+# Tests, golden-data generators, the Python client and cross-checks.
+TEST_PACKAGES=(
+  libonnx-testdata python3-torch python3-onnx python3-numpy python3-grpcio python3-protobuf curl
+)
+
+missing=()
+for pkg in "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: all packages present" >&2
+fi
