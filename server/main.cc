@@ -1,0 +1,119 @@
+// traind: the training daemon. This file only turns flags (and the optional config file) into ServerOptions,
+// then serves until SIGTERM/SIGINT and drains.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/time/time.h"
+#include "server/config_file.h"
+#include "server/logging.h"
+#include "server/server.h"
+#include "server/version.h"
+
+ABSL_FLAG(std::string, config, "", "Optional config file of `flag_name = value` lines; command-line flags win.");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC listen address host:port (port 0 picks a free port).");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
+          "Prometheus /metrics listen address host:port; empty disables it.");
+ABSL_FLAG(std::string, state_dir, "",
+          "State directory for artifacts, checkpoints and blobs (created if missing); default "
+          "$XDG_STATE_HOME/traind or ~/.local/state/traind.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain; with --tls_key enables TLS.");
+ABSL_FLAG(std::string, tls_key, "", "PEM server private key.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle; enables mutual TLS: clients must present a certificate signed by it.");
+ABSL_FLAG(bool, enable_reflection, false, "Serve gRPC server reflection (for grpcurl and similar tools).");
+ABSL_FLAG(absl::Duration, drain_grace, absl::ZeroDuration(),
+          "On SIGTERM, report NOT_SERVING for this long before refusing new RPCs.");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(10),
+          "On SIGTERM, how long in-flight RPCs may run before they are cancelled.");
+ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20, "Largest gRPC message accepted or sent, in bytes.");
+ABSL_FLAG(int64_t, max_sessions, 64, "Most training sessions open at once.");
+ABSL_FLAG(std::string, ready_file, "",
+          "Write a JSON file with the bound addresses and the pid here once serving (atomically).");
+ABSL_FLAG(std::string, log_level, "info", "Least severe log level printed: debug, info, warn or error.");
+
+namespace {
+
+traind::ServerOptions OptionsFromFlags() {
+  traind::ServerOptions options;
+  options.grpc_address = absl::GetFlag(FLAGS_listen);
+  options.metrics_address = absl::GetFlag(FLAGS_metrics_listen);
+  options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.tls.cert_path = absl::GetFlag(FLAGS_tls_cert);
+  options.tls.key_path = absl::GetFlag(FLAGS_tls_key);
+  options.tls.client_ca_path = absl::GetFlag(FLAGS_tls_client_ca);
+  options.enable_reflection = absl::GetFlag(FLAGS_enable_reflection);
+  options.drain_grace = absl::GetFlag(FLAGS_drain_grace);
+  options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  options.ready_file = absl::GetFlag(FLAGS_ready_file);
+  return options;
+}
+
+// Blocks the shutdown signals in this thread and every thread created after it (gRPC's, prometheus'), so that
+// they are delivered only to the sigwait() below.
+sigset_t BlockShutdownSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("traind: a gRPC daemon that trains ONNX models.\nUsage: traind [--flag=value...]");
+  absl::FlagsUsageConfig usage_config;
+  usage_config.version_string = [] { return std::string("traind ") + traind::kTraindVersion + "\n"; };
+  absl::SetFlagsUsageConfig(usage_config);
+  const std::string config_path = traind::FindConfigFlag(argc, argv);
+  if (!config_path.empty()) {
+    if (absl::Status applied = traind::ApplyConfigFile(config_path); !applied.ok()) {
+      traind::LogError("bad config file", {{"error", std::string(applied.message())}});
+      return 2;
+    }
+  }
+  absl::ParseCommandLine(argc, argv);
+  traind::LogLevel level;
+  if (!traind::ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
+    traind::LogError("bad --log_level", {{"value", absl::GetFlag(FLAGS_log_level)}});
+    return 2;
+  }
+  traind::SetMinLogLevel(level);
+
+  const sigset_t shutdown_signals = BlockShutdownSignals();
+  absl::StatusOr<std::unique_ptr<traind::TraindServer>> server = traind::TraindServer::Start(OptionsFromFlags());
+  if (!server.ok()) {
+    traind::LogError("cannot start", {{"error", std::string(server.status().message())},
+                                      {"code", absl::StatusCodeToString(server.status().code())}});
+    return 1;
+  }
+
+  int signal_number = 0;
+  sigwait(&shutdown_signals, &signal_number);
+  traind::LogInfo("shutdown signal", {{"signal", strsignal(signal_number)}});
+  // A second signal during the drain means "stop now".
+  std::thread([shutdown_signals] {
+    int second = 0;
+    sigwait(&shutdown_signals, &second);
+    traind::LogWarn("second shutdown signal, exiting without drain");
+    std::_Exit(1);
+  }).detach();
+  (*server)->Drain();
+  // Everything that must outlive the process was finished by Drain(). Exit without running destructors: the
+  // metrics endpoint's web server polls its listening socket every 2 s and would hold the exit up to that long.
+  std::fflush(nullptr);
+  std::_Exit(0);
+}

@@ -1,0 +1,214 @@
+#include "server/server.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "prometheus/exposer.h"
+#include "server/logging.h"
+#include "server/metrics.h"
+#include "server/metrics_interceptor.h"
+#include "server/training_service.h"
+#include "server/version.h"
+
+namespace traind {
+namespace {
+
+// Splits "host:port" (host may be "[::1]"); false when there is no numeric port.
+bool SplitHostPort(const std::string& address, std::string* host, int* port) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  *host = address.substr(0, colon);
+  return absl::SimpleAtoi(address.substr(colon + 1), port) && *port >= 0 && *port <= 65535;
+}
+
+// Holds an exclusive flock on <state_dir>/LOCK for the daemon's lifetime, so two daemons never share one
+// state directory (they would overwrite each other's checkpoints).
+absl::StatusOr<int> LockStateDir(const std::string& state_dir) {
+  std::error_code error;
+  std::filesystem::create_directories(state_dir, error);
+  if (error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create state directory '", state_dir, "': ", error.message()));
+  }
+  const std::string lock_path = state_dir + "/LOCK";
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot open '", lock_path, "': ", std::strerror(errno)));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("state directory '", state_dir, "' is in use by another traind (lock ", lock_path, ")"));
+  }
+  return fd;
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
+  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out << content;
+    out.flush();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write '", temp, "'"));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename '", temp, "' to '", path, "': ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> KnownMethods() {
+  std::vector<std::string> methods = TrainingServiceImpl::FullMethodNames();
+  methods.push_back("/grpc.health.v1.Health/Check");
+  methods.push_back("/grpc.health.v1.Health/Watch");
+  methods.push_back("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo");
+  return methods;
+}
+
+}  // namespace
+
+std::string DefaultStateDir() {
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && xdg[0] == '/') {
+    return absl::StrCat(xdg, "/traind");
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && home[0] == '/') {
+    return absl::StrCat(home, "/.local/state/traind");
+  }
+  return "traind-state";
+}
+
+struct TraindServer::State {
+  ServerOptions options;
+  int lock_fd = -1;
+  std::unique_ptr<ServerMetrics> metrics;
+  std::shared_ptr<ProcessCollector> process_collector;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<TrainingServiceImpl> service;
+  std::unique_ptr<grpc::Server> server;
+  std::string grpc_address;
+  std::string metrics_address;
+  bool drained = false;
+
+  ~State() {
+    if (lock_fd >= 0) ::close(lock_fd);
+  }
+};
+
+TraindServer::TraindServer(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+TraindServer::~TraindServer() { Drain(); }
+
+const std::string& TraindServer::grpc_address() const { return state_->grpc_address; }
+const std::string& TraindServer::metrics_address() const { return state_->metrics_address; }
+
+absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOptions& options) {
+  auto state = std::make_unique<State>();
+  state->options = options;
+  if (state->options.state_dir.empty()) state->options.state_dir = DefaultStateDir();
+  if (options.max_message_bytes <= 0 || options.max_message_bytes > (int64_t{1} << 31) - 1) {
+    return absl::InvalidArgumentError("--max_message_bytes must be in [1, 2^31-1]");
+  }
+
+  std::string grpc_host;
+  int requested_grpc_port = 0;
+  if (!SplitHostPort(options.grpc_address, &grpc_host, &requested_grpc_port)) {
+    return absl::InvalidArgumentError(absl::StrCat("--listen '", options.grpc_address, "' is not host:port"));
+  }
+
+  absl::StatusOr<int> lock_fd = LockStateDir(state->options.state_dir);
+  if (!lock_fd.ok()) return lock_fd.status();
+  state->lock_fd = *lock_fd;
+
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
+
+  state->metrics = std::make_unique<ServerMetrics>(kTraindVersion, KnownMethods());
+  if (!options.metrics_address.empty()) {
+    std::string metrics_host;
+    int metrics_port = 0;
+    if (!SplitHostPort(options.metrics_address, &metrics_host, &metrics_port)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--metrics_listen '", options.metrics_address, "' is not host:port"));
+    }
+    try {
+      state->exposer = std::make_unique<prometheus::Exposer>(options.metrics_address, /*num_threads=*/1);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve metrics on '", options.metrics_address, "': ", e.what()));
+    }
+    state->exposer->RegisterCollectable(state->metrics->registry());
+    state->process_collector = std::make_shared<ProcessCollector>();
+    state->exposer->RegisterCollectable(state->process_collector);
+    const std::vector<int> ports = state->exposer->GetListeningPorts();
+    state->metrics_address = absl::StrCat(metrics_host, ":", ports.empty() ? metrics_port : ports.front());
+  }
+
+  state->service = std::make_unique<TrainingServiceImpl>(
+      ServiceLimits{options.max_message_bytes, options.max_sessions});
+
+  grpc::EnableDefaultHealthCheckService(true);
+  if (options.enable_reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int bound_grpc_port = 0;
+  builder.AddListeningPort(options.grpc_address, *credentials, &bound_grpc_port);
+  builder.RegisterService(state->service.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<MetricsInterceptorFactory>(state->metrics.get()));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  state->server = builder.BuildAndStart();
+  if (state->server == nullptr || bound_grpc_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen for gRPC on '", options.grpc_address, "' (address in use or invalid)"));
+  }
+  state->grpc_address = absl::StrCat(grpc_host, ":", bound_grpc_port);
+  grpc::HealthCheckServiceInterface* health = state->server->GetHealthCheckService();
+  health->SetServingStatus(true);
+  health->SetServingStatus(traind::v1::TrainingService::service_full_name(), true);
+
+  if (!options.ready_file.empty()) {
+    const std::string ready = absl::StrFormat(
+        "{\"pid\": %d, \"grpc_address\": \"%s\", \"metrics_address\": \"%s\", \"state_dir\": \"%s\"}\n", ::getpid(),
+        state->grpc_address, state->metrics_address, state->options.state_dir);
+    if (absl::Status written = WriteFileAtomically(options.ready_file, ready); !written.ok()) return written;
+  }
+  LogInfo("serving", {{"version", kTraindVersion},
+                      {"grpc", state->grpc_address},
+                      {"tls", options.tls.cert_path.empty() ? "off" : (options.tls.client_ca_path.empty() ? "tls" : "mtls")},
+                      {"metrics", state->metrics_address.empty() ? "off" : state->metrics_address},
+                      {"state_dir", state->options.state_dir},
+                      {"reflection", options.enable_reflection ? "on" : "off"}});
+  return std::unique_ptr<TraindServer>(new TraindServer(std::move(state)));
+}
+
+void TraindServer::Drain() {
+  if (state_ == nullptr || state_->drained) return;
+  state_->drained = true;
+  const ServerOptions& options = state_->options;
+  LogInfo("draining", {{"grace", absl::FormatDuration(options.drain_grace)},
+                       {"timeout", absl::FormatDuration(options.drain_timeout)}});
+  state_->server->GetHealthCheckService()->SetServingStatus(false);
+  if (options.drain_grace > absl::ZeroDuration()) absl::SleepFor(options.drain_grace);
+  // Shutdown refuses new calls at once and cancels the calls still running at the deadline.
+  state_->server->Shutdown(absl::ToChronoTime(absl::Now() + options.drain_timeout));
+  state_->server->Wait();
+  LogInfo("stopped");
+}
+
+}  // namespace traind

@@ -1,0 +1,64 @@
+// TraindServer owns everything the daemon runs: the gRPC server (TrainingService, health, optional
+// reflection), the Prometheus endpoint and the state directory. main.cc only turns flags into ServerOptions.
+#ifndef TRAIND_SERVER_SERVER_H_
+#define TRAIND_SERVER_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/tls.h"
+
+namespace traind {
+
+struct ServerOptions {
+  // host:port for gRPC; port 0 picks a free one (see TraindServer::grpc_address()).
+  std::string grpc_address = "127.0.0.1:50051";
+  // host:port for Prometheus' /metrics; port 0 picks a free one; empty disables the endpoint.
+  std::string metrics_address = "127.0.0.1:9464";
+  // Where artifacts, checkpoints and blobs live; created if missing; locked against a second daemon.
+  std::string state_dir;
+  TlsFiles tls;
+  bool enable_reflection = false;
+  // After SIGTERM: health reports NOT_SERVING for `drain_grace` while RPCs are still accepted (so load
+  // balancers can notice), then new RPCs are refused and in-flight ones get up to `drain_timeout` to finish.
+  absl::Duration drain_grace = absl::ZeroDuration();
+  absl::Duration drain_timeout = absl::Seconds(10);
+  int64_t max_message_bytes = int64_t{64} << 20;
+  int64_t max_sessions = 64;
+  // Written atomically, as JSON with the bound addresses and the pid, once the daemon serves.
+  std::string ready_file;
+};
+
+// The default state directory: $XDG_STATE_HOME/traind, else $HOME/.local/state/traind, else ./traind-state.
+std::string DefaultStateDir();
+
+class TraindServer {
+ public:
+  // Binds both listeners and starts serving; errors name what failed (bad TLS file, port in use, ...).
+  static absl::StatusOr<std::unique_ptr<TraindServer>> Start(const ServerOptions& options);
+
+  ~TraindServer();
+  TraindServer(const TraindServer&) = delete;
+  TraindServer& operator=(const TraindServer&) = delete;
+
+  // The bound addresses, with the real port when the option asked for port 0. metrics_address() is empty
+  // when metrics are disabled.
+  const std::string& grpc_address() const;
+  const std::string& metrics_address() const;
+
+  // Graceful shutdown: health NOT_SERVING, wait drain_grace, refuse new RPCs, wait for in-flight RPCs up to
+  // drain_timeout (then cancel them). Returns once the server has stopped. Idempotent.
+  void Drain();
+
+ private:
+  struct State;
+  explicit TraindServer(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace traind
+
+#endif  // TRAIND_SERVER_SERVER_H_

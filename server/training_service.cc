@@ -1,0 +1,61 @@
+#include "server/training_service.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+#include "grpcpp/grpcpp.h"
+#include "server/version.h"
+
+namespace traind {
+
+namespace v1 = ::traind::v1;
+
+namespace {
+
+// ai.onnx opsets accepted in uploaded models (the engine's loader enforces the same bounds).
+constexpr int64_t kMinOpset = 7;
+constexpr int64_t kMaxOpset = 17;
+
+const google::protobuf::ServiceDescriptor* ServiceDescriptor() {
+  return google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+      v1::TrainingService::service_full_name());
+}
+
+}  // namespace
+
+const std::vector<std::string>& TrainingServiceImpl::ImplementedRpcs() {
+  static const std::vector<std::string>* const kImplemented = new std::vector<std::string>{"GetServerInfo"};
+  return *kImplemented;
+}
+
+std::vector<std::string> TrainingServiceImpl::FullMethodNames() {
+  const google::protobuf::ServiceDescriptor* service = ServiceDescriptor();
+  std::vector<std::string> names;
+  for (int i = 0; i < service->method_count(); ++i) {
+    names.push_back(absl::StrCat("/", service->full_name(), "/", service->method(i)->name()));
+  }
+  return names;
+}
+
+grpc::Status TrainingServiceImpl::GetServerInfo(grpc::ServerContext* /*context*/,
+                                                const v1::GetServerInfoRequest* /*request*/,
+                                                v1::ServerInfo* response) {
+  response->set_version(kTraindVersion);
+  response->set_grpc_version(grpc::Version());
+  response->add_executors("cpu");
+  response->set_min_opset(kMinOpset);
+  response->set_max_opset(kMaxOpset);
+  response->set_max_message_bytes(limits_.max_message_bytes);
+  response->set_max_sessions(limits_.max_sessions);
+  const std::vector<std::string>& implemented = ImplementedRpcs();
+  const google::protobuf::ServiceDescriptor* service = ServiceDescriptor();
+  for (int i = 0; i < service->method_count(); ++i) {
+    const std::string& name = service->method(i)->name();
+    (*response->mutable_implemented_rpcs())[name] =
+        std::find(implemented.begin(), implemented.end(), name) != implemented.end();
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace traind
