@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -17,8 +18,10 @@
 #include "absl/strings/str_format.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/impl/server_builder_option.h"
+#include "grpcpp/impl/server_builder_plugin.h"
 #include "prometheus/exposer.h"
+#include "server/health_service.h"
 #include "server/logging.h"
 #include "server/metrics.h"
 #include "server/metrics_interceptor.h"
@@ -80,6 +83,20 @@ std::vector<std::string> KnownMethods() {
   return methods;
 }
 
+// Linking libgrpc++_reflection registers its plugin for every ServerBuilder (a static initializer), so
+// "reflection off" has to take the plugin out again.
+class DisableReflectionOption : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments* /*args*/) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [](const std::unique_ptr<grpc::ServerBuilderPlugin>& plugin) {
+                                    return plugin->name() == "proto_server_reflection";
+                                  }),
+                   plugins->end());
+  }
+};
+
 }  // namespace
 
 std::string DefaultStateDir() {
@@ -99,12 +116,17 @@ struct TraindServer::State {
   std::shared_ptr<ProcessCollector> process_collector;
   std::unique_ptr<prometheus::Exposer> exposer;
   std::unique_ptr<TrainingServiceImpl> service;
+  HealthService health;
   std::unique_ptr<grpc::Server> server;
+  InFlightCalls in_flight;
   std::string grpc_address;
   std::string metrics_address;
   bool drained = false;
+  // Runs grpc::Server::Shutdown, which returns only once idle client connections have closed too.
+  std::thread shutdown_thread;
 
   ~State() {
+    if (shutdown_thread.joinable()) shutdown_thread.join();
     if (lock_fd >= 0) ::close(lock_fd);
   }
 };
@@ -161,16 +183,18 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
   state->service = std::make_unique<TrainingServiceImpl>(
       ServiceLimits{options.max_message_bytes, options.max_sessions});
 
-  grpc::EnableDefaultHealthCheckService(true);
-  if (options.enable_reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::EnableDefaultHealthCheckService(false);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!options.enable_reflection) builder.SetOption(std::make_unique<DisableReflectionOption>());
+  builder.RegisterService(&state->health);
   int bound_grpc_port = 0;
   builder.AddListeningPort(options.grpc_address, *credentials, &bound_grpc_port);
   builder.RegisterService(state->service.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(std::make_unique<MetricsInterceptorFactory>(state->metrics.get()));
+  interceptors.push_back(std::make_unique<MetricsInterceptorFactory>(state->metrics.get(), &state->in_flight));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   state->server = builder.BuildAndStart();
   if (state->server == nullptr || bound_grpc_port == 0) {
@@ -178,9 +202,8 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
         absl::StrCat("cannot listen for gRPC on '", options.grpc_address, "' (address in use or invalid)"));
   }
   state->grpc_address = absl::StrCat(grpc_host, ":", bound_grpc_port);
-  grpc::HealthCheckServiceInterface* health = state->server->GetHealthCheckService();
-  health->SetServingStatus(true);
-  health->SetServingStatus(traind::v1::TrainingService::service_full_name(), true);
+  state->health.SetServingStatus("", true);
+  state->health.SetServingStatus(traind::v1::TrainingService::service_full_name(), true);
 
   if (!options.ready_file.empty()) {
     const std::string ready = absl::StrFormat(
@@ -203,11 +226,18 @@ void TraindServer::Drain() {
   const ServerOptions& options = state_->options;
   LogInfo("draining", {{"grace", absl::FormatDuration(options.drain_grace)},
                        {"timeout", absl::FormatDuration(options.drain_timeout)}});
-  state_->server->GetHealthCheckService()->SetServingStatus(false);
+  state_->health.SetServingStatus("", false);
+  state_->health.SetServingStatus(traind::v1::TrainingService::service_full_name(), false);
   if (options.drain_grace > absl::ZeroDuration()) absl::SleepFor(options.drain_grace);
+  // Health watchers are told NOT_SERVING and their streams end, so the drain below waits for real work only.
+  state_->health.Shutdown();
   // Shutdown refuses new calls at once and cancels the calls still running at the deadline.
-  state_->server->Shutdown(absl::ToChronoTime(absl::Now() + options.drain_timeout));
-  state_->server->Wait();
+  const absl::Time deadline = absl::Now() + options.drain_timeout;
+  grpc::Server* server = state_->server.get();
+  state_->shutdown_thread = std::thread([server, deadline] { server->Shutdown(absl::ToChronoTime(deadline)); });
+  if (!state_->in_flight.WaitUntilIdle(deadline + absl::Milliseconds(500))) {
+    LogWarn("drain timed out", {{"in_flight", std::to_string(state_->in_flight.count())}});
+  }
   LogInfo("stopped");
 }
 

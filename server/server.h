@@ -49,8 +49,9 @@ class TraindServer {
   const std::string& grpc_address() const;
   const std::string& metrics_address() const;
 
-  // Graceful shutdown: health NOT_SERVING, wait drain_grace, refuse new RPCs, wait for in-flight RPCs up to
-  // drain_timeout (then cancel them). Returns once the server has stopped. Idempotent.
+  // Graceful shutdown: health NOT_SERVING, wait drain_grace, end health watches, refuse new RPCs, wait for
+  // in-flight RPCs up to drain_timeout (then cancel them). Returns once no RPC is in flight; closing idle client
+  // connections may go on in the background until the destructor. Idempotent.
   void Drain();
 
  private:
