@@ -14,7 +14,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
 #include "absl/status/status.h"
@@ -82,10 +81,14 @@ bool WaitWithTimeout(pid_t pid, absl::Duration timeout, int* exit_code) {
   }
 }
 
+// The string value of `field` in the daemon's flat ready-file JSON.
 std::string JsonField(const std::string& json, const std::string& field) {
-  std::smatch match;
-  if (std::regex_search(json, match, std::regex("\"" + field + "\": \"([^\"]*)\""))) return match[1];
-  return "";
+  const std::string key = "\"" + field + "\": \"";
+  const size_t start = json.find(key);
+  if (start == std::string::npos) return "";
+  const size_t value_start = start + key.size();
+  const size_t end = json.find('"', value_start);
+  return end == std::string::npos ? "" : json.substr(value_start, end - value_start);
 }
 
 }  // namespace

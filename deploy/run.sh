@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The main command: installs what is missing, builds traind and trainctl, starts traind on its built-in defaults
+# (gRPC 127.0.0.1:50051, metrics http://127.0.0.1:9464/metrics), checks it with trainctl, and keeps it serving
+# in the foreground until Ctrl-C. `deploy/run.sh --once` stops the daemon after the checks instead.
+# Extra arguments after `--` go to traind, e.g. `deploy/run.sh -- --enable_reflection`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+once=0
+traind_args=()
+while (($#)); do
+  case "$1" in
+    --once) once=1 ;;
+    --) shift; traind_args=("$@"); break ;;
+    *) echo "usage: deploy/run.sh [--once] [-- traind flags...]" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+bash deploy/setup.sh
+bazel build //server:traind //client:trainctl
+bin=$(bazel info bazel-bin 2>/dev/null)
+ready=$(mktemp -u /tmp/traind-ready.XXXXXX)
+
+"$bin/server/traind" --ready_file="$ready" "${traind_args[@]}" &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$ready"' EXIT
+for _ in $(seq 1 200); do
+  [[ -f $ready ]] && break
+  kill -0 $pid 2>/dev/null || { echo "run: traind failed to start" >&2; exit 1; }
+  sleep 0.05
+done
+[[ -f $ready ]] || { echo "run: traind did not become ready" >&2; exit 1; }
+address=$(sed -n 's/.*"grpc_address": "\([^"]*\)".*/\1/p' "$ready")
+
+"$bin/client/trainctl" health --address "$address"
+"$bin/client/trainctl" info --address "$address"
+
+if ((once)); then
+  exit 0
+fi
+echo "run: traind is serving on $address (pid $pid); Ctrl-C stops it" >&2
+wait $pid

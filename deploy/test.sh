@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, then builds and runs the whole suite — unit tests, integration
+# tests against the real daemon, the ONNX backend tests — optimised and again under AddressSanitizer.
+# Prints a closing line "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+bash deploy/setup.sh || exit 1
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+for config in "" "--config=asan"; do
+  echo "== bazel test ${config:-(opt)} //..." >&2
+  bazel test ${config} --test_summary=short //... 2>&1 | tee -a "$log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+done
+
+passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
+failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
+echo "${passed} passed, ${failed} failed"
+exit "$status"
