@@ -37,6 +37,7 @@ ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(10),
           "On SIGTERM, how long in-flight RPCs may run before they are cancelled.");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20, "Largest gRPC message accepted or sent, in bytes.");
 ABSL_FLAG(int64_t, max_sessions, 64, "Most training sessions open at once.");
+ABSL_FLAG(int64_t, max_blob_bytes, int64_t{1} << 30, "Largest blob UploadBlob accepts, in bytes.");
 ABSL_FLAG(std::string, ready_file, "",
           "Write a JSON file with the bound addresses and the pid here once serving (atomically).");
 ABSL_FLAG(std::string, log_level, "info", "Least severe log level printed: debug, info, warn or error.");
@@ -56,6 +57,7 @@ traind::ServerOptions OptionsFromFlags() {
   options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  options.max_blob_bytes = absl::GetFlag(FLAGS_max_blob_bytes);
   options.ready_file = absl::GetFlag(FLAGS_ready_file);
   return options;
 }

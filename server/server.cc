@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -21,6 +20,8 @@
 #include "grpcpp/impl/server_builder_option.h"
 #include "grpcpp/impl/server_builder_plugin.h"
 #include "prometheus/exposer.h"
+#include "engine/io/file_util.h"
+#include "server/blob_store.h"
 #include "server/health_service.h"
 #include "server/logging.h"
 #include "server/metrics.h"
@@ -59,20 +60,6 @@ absl::StatusOr<int> LockStateDir(const std::string& state_dir) {
         absl::StrCat("state directory '", state_dir, "' is in use by another traind (lock ", lock_path, ")"));
   }
   return fd;
-}
-
-absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
-  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << content;
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat("cannot write '", temp, "'"));
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename '", temp, "' to '", path, "': ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
 }
 
 std::vector<std::string> KnownMethods() {
@@ -115,6 +102,7 @@ struct TraindServer::State {
   std::unique_ptr<ServerMetrics> metrics;
   std::shared_ptr<ProcessCollector> process_collector;
   std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<BlobStore> blobs;
   std::unique_ptr<TrainingServiceImpl> service;
   HealthService health;
   std::unique_ptr<grpc::Server> server;
@@ -180,8 +168,11 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
     state->metrics_address = absl::StrCat(metrics_host, ":", ports.empty() ? metrics_port : ports.front());
   }
 
+  absl::StatusOr<std::unique_ptr<BlobStore>> blobs = BlobStore::Open(state->options.state_dir, options.max_blob_bytes);
+  if (!blobs.ok()) return blobs.status();
+  state->blobs = std::move(*blobs);
   state->service = std::make_unique<TrainingServiceImpl>(
-      ServiceLimits{options.max_message_bytes, options.max_sessions});
+      ServiceLimits{options.max_message_bytes, options.max_sessions}, state->blobs.get());
 
   grpc::EnableDefaultHealthCheckService(false);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -28,6 +28,7 @@ struct ServerOptions {
   absl::Duration drain_timeout = absl::Seconds(10);
   int64_t max_message_bytes = int64_t{64} << 20;
   int64_t max_sessions = 64;
+  int64_t max_blob_bytes = int64_t{1} << 30;
   // Written atomically, as JSON with the bound addresses and the pid, once the daemon serves.
   std::string ready_file;
 };

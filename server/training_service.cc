@@ -17,6 +17,10 @@ namespace {
 constexpr int64_t kMinOpset = 7;
 constexpr int64_t kMaxOpset = 17;
 
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
 const google::protobuf::ServiceDescriptor* ServiceDescriptor() {
   return google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
       v1::TrainingService::service_full_name());
@@ -25,7 +29,7 @@ const google::protobuf::ServiceDescriptor* ServiceDescriptor() {
 }  // namespace
 
 const std::vector<std::string>& TrainingServiceImpl::ImplementedRpcs() {
-  static const std::vector<std::string>* const kImplemented = new std::vector<std::string>{"GetServerInfo"};
+  static const std::vector<std::string>* const kImplemented = new std::vector<std::string>{"GetServerInfo", "UploadBlob"};
   return *kImplemented;
 }
 
@@ -55,6 +59,33 @@ grpc::Status TrainingServiceImpl::GetServerInfo(grpc::ServerContext* /*context*/
     (*response->mutable_implemented_rpcs())[name] =
         std::find(implemented.begin(), implemented.end(), name) != implemented.end();
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::UploadBlob(grpc::ServerContext* context,
+                                             grpc::ServerReader<v1::UploadBlobRequest>* reader,
+                                             v1::UploadBlobResponse* response) {
+  v1::UploadBlobRequest message;
+  if (!reader->Read(&message) || !message.has_header()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first UploadBlob message must be a header");
+  }
+  absl::StatusOr<std::unique_ptr<BlobUpload>> upload =
+      blobs_->BeginUpload(message.header().total_bytes(), message.header().sha256_hex());
+  if (!upload.ok()) return ToGrpcStatus(upload.status());
+  while (reader->Read(&message)) {
+    if (!message.has_chunk() && message.has_header()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "only the first UploadBlob message may be a header");
+    }
+    if (absl::Status appended = (*upload)->Append(message.chunk()); !appended.ok()) return ToGrpcStatus(appended);
+  }
+  // Read() also ends when the call is cancelled (client gone, or the drain deadline passed): then the partial
+  // upload is discarded with `upload`.
+  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
+  absl::StatusOr<BlobInfo> info = (*upload)->Finish();
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  response->set_blob_id(info->blob_id);
+  response->set_total_bytes(info->size_bytes);
+  response->set_sha256_hex(info->blob_id);
   return grpc::Status::OK;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "server/blob_store.h"
 #include "traind/v1/training_service.grpc.pb.h"
 
 namespace traind {
@@ -18,10 +19,14 @@ struct ServiceLimits {
 
 class TrainingServiceImpl final : public traind::v1::TrainingService::Service {
  public:
-  explicit TrainingServiceImpl(ServiceLimits limits) : limits_(limits) {}
+  // `blobs` must outlive the service.
+  TrainingServiceImpl(ServiceLimits limits, BlobStore* blobs) : limits_(limits), blobs_(blobs) {}
 
   grpc::Status GetServerInfo(grpc::ServerContext* context, const traind::v1::GetServerInfoRequest* request,
                              traind::v1::ServerInfo* response) override;
+
+  grpc::Status UploadBlob(grpc::ServerContext* context, grpc::ServerReader<traind::v1::UploadBlobRequest>* reader,
+                          traind::v1::UploadBlobResponse* response) override;
 
   // The RPCs this build implements; every other RPC of the service answers UNIMPLEMENTED (the generated
   // base class's behaviour) until the engine issues land.
@@ -32,6 +37,7 @@ class TrainingServiceImpl final : public traind::v1::TrainingService::Service {
 
  private:
   ServiceLimits limits_;
+  BlobStore* blobs_;
 };
 
 }  // namespace traind

@@ -1,0 +1,66 @@
+// Crash-safe file writes and SHA-256 digests, shared by checkpoints, artifacts and uploaded blobs.
+#ifndef TRAIND_ENGINE_IO_FILE_UTIL_H_
+#define TRAIND_ENGINE_IO_FILE_UTIL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace traind {
+
+// Writes `content` to `path` so that a crash at any moment leaves either the old file or the complete new one:
+// write a temporary file in the same directory, fsync it, rename it over `path`, fsync the directory.
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view content);
+
+// Reads a whole file, refusing files larger than `max_bytes`. Errors name the path.
+absl::StatusOr<std::string> ReadFileLimited(const std::string& path, int64_t max_bytes);
+
+// Lower-case hex SHA-256 of `data`.
+std::string Sha256Hex(absl::string_view data);
+
+// Incremental SHA-256 (for streamed data).
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+
+  void Update(absl::string_view data);
+  // Lower-case hex digest; the object must not be updated afterwards.
+  std::string FinishHex();
+
+ private:
+  struct Context;
+  std::unique_ptr<Context> context_;
+};
+
+// A file written in pieces and published atomically with Commit(); destroying it uncommitted removes the
+// temporary file. For data too large to hold in memory (uploaded blobs).
+class AtomicFileWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path);
+  ~AtomicFileWriter();
+
+  absl::Status Append(absl::string_view data);
+  // fsync, rename over the final path, fsync the directory.
+  absl::Status Commit();
+  // The same, publishing under `final_path` (same directory) instead: for content-addressed names that are
+  // known only once all data has been seen.
+  absl::Status CommitTo(const std::string& final_path);
+
+ private:
+  AtomicFileWriter(std::string path, std::string temp_path, int fd);
+  std::string path_;
+  std::string temp_path_;
+  int fd_;
+  bool committed_ = false;
+};
+
+}  // namespace traind
+
+#endif  // TRAIND_ENGINE_IO_FILE_UTIL_H_
