@@ -1,0 +1,99 @@
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+#include "engine/core/buffer_pool.h"
+#include "engine/core/dtype.h"
+#include "engine/core/shape.h"
+#include "engine/core/tensor.h"
+#include "engine/core/thread_pool.h"
+#include "gtest/gtest.h"
+
+namespace traind::engine {
+namespace {
+
+TEST(ShapeTest, ElementCountRejectsOverflowAndNegativeDims) {
+  EXPECT_EQ(*ElementCount({2, 3, 4}), 24);
+  EXPECT_EQ(*ElementCount({}), 1);
+  EXPECT_EQ(*ElementCount({0, std::numeric_limits<int64_t>::max()}), 0);
+  EXPECT_FALSE(ElementCount({int64_t{1} << 32, int64_t{1} << 32}).ok());
+  EXPECT_FALSE(ElementCount({std::numeric_limits<int64_t>::max(), 2}).ok());
+  EXPECT_FALSE(ElementCount({-1, 2}).ok());
+  EXPECT_FALSE(ElementCount({10, 10}, /*limit=*/99).ok());
+}
+
+TEST(ShapeTest, BroadcastShapes) {
+  Shape a = {2, 1, 4}, b = {3, 1}, c = {5};
+  const Shape* ok[] = {&a, &b};
+  EXPECT_EQ(*BroadcastShapes(ok), (Shape{2, 3, 4}));
+  const Shape* bad[] = {&a, &c};
+  EXPECT_FALSE(BroadcastShapes(bad).ok());
+}
+
+TEST(ShapeTest, NormalizeAxis) {
+  EXPECT_EQ(*NormalizeAxis(-1, 3), 2);
+  EXPECT_FALSE(NormalizeAxis(3, 3).ok());
+  EXPECT_FALSE(NormalizeAxis(-4, 3).ok());
+}
+
+TEST(DtypeTest, Float16RoundTripsAndRounds) {
+  for (float value : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f}) {
+    EXPECT_EQ(Float16ToFloat(FloatToFloat16(value)), value) << value;
+  }
+  EXPECT_TRUE(std::isinf(Float16ToFloat(FloatToFloat16(1e6f))));
+  EXPECT_TRUE(std::isnan(Float16ToFloat(FloatToFloat16(NAN))));
+  EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(1.0f)), 1.0f);
+  EXPECT_EQ(FloatToBFloat16(1.00390625f).bits, 0x3F80);  // Tie rounds to even.
+}
+
+TEST(TensorTest, AllocationIsAlignedAndReshapeShares) {
+  auto tensor = Tensor::Allocate(DataType::kFloat32, {3, 5});
+  ASSERT_TRUE(tensor.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(tensor->raw_data()) % kTensorAlignment, 0u);
+  EXPECT_EQ(tensor->byte_size(), 60u);
+  Tensor reshaped = tensor->Reshaped({15});
+  EXPECT_EQ(reshaped.raw_data(), tensor->raw_data());
+  EXPECT_FALSE(Tensor::Allocate(DataType::kString, {1}).ok());
+}
+
+TEST(BufferPoolTest, ReusesReleasedBuffersOfTheSameBucket) {
+  auto pool = BufferPool::Create();
+  void* first_data;
+  {
+    auto first = pool->AllocateTensor(DataType::kFloat32, {1000});
+    ASSERT_TRUE(first.ok());
+    first_data = first->mutable_raw_data();
+  }
+  EXPECT_GT(pool->cached_bytes(), 0u);
+  auto second = pool->AllocateTensor(DataType::kFloat32, {990});  // Same bucket.
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->mutable_raw_data(), first_data);
+  EXPECT_EQ(pool->reuse_count(), 1u);
+  EXPECT_EQ(BufferPool::BucketCapacity(1), kTensorAlignment);
+  EXPECT_GE(BufferPool::BucketCapacity(5000), 5000u);
+  EXPECT_LE(BufferPool::BucketCapacity(5000), 5000u * 5 / 4);
+}
+
+TEST(BufferPoolTest, BuffersMayOutliveThePool) {
+  Tensor survivor;
+  {
+    auto pool = BufferPool::Create();
+    survivor = *pool->AllocateTensor(DataType::kInt64, {8});
+  }
+  survivor.mutable_data<int64_t>()[7] = 1;  // ASan would flag a freed buffer.
+  EXPECT_EQ(survivor.data<int64_t>()[7], 1);
+}
+
+TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(100000);
+  pool.ParallelFor(100000, 1000, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) hits[i]++;
+    // Nested calls run inline instead of deadlocking.
+    pool.ParallelFor(10, 1, [](int64_t, int64_t) {});
+  });
+  for (const auto& hit : hits) ASSERT_EQ(hit.load(), 1);
+}
+
+}  // namespace
+}  // namespace traind::engine

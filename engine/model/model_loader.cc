@@ -1,0 +1,277 @@
+#include "engine/model/model_loader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/dtype.h"
+#include "engine/core/shape.h"
+#include "engine/core/status_macros.h"
+#include "engine/model/external_data.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "onnx/checker.h"
+#include "onnx/defs/schema.h"
+#include "onnx/shape_inference/implementation.h"
+
+namespace traind::engine {
+namespace {
+
+// Protobuf's own nesting limit; each subgraph costs three levels (Graph -> Node -> Attribute).
+constexpr int kProtoRecursionLimit = 100;
+
+std::vector<CustomDomain>& MutableCustomDomains() {
+  static auto* domains = new std::vector<CustomDomain>();
+  return *domains;
+}
+
+bool IsOnnxDomain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
+
+absl::Status CheckOpsets(const onnx::ModelProto& model, const LoadOptions& options) {
+  if (model.opset_import_size() == 0) {
+    return absl::InvalidArgumentError("model has no opset_import");
+  }
+  for (const auto& opset : model.opset_import()) {
+    if (IsOnnxDomain(opset.domain())) {
+      if (opset.version() < kMinOnnxOpset || opset.version() > kMaxOnnxOpset) {
+        return absl::UnimplementedError(absl::StrCat(
+            "unsupported ai.onnx opset ", opset.version(), ": this engine supports opsets ",
+            kMinOnnxOpset, " to ", kMaxOnnxOpset));
+      }
+      continue;
+    }
+    bool accepted = false;
+    for (const CustomDomain& custom : options.custom_domains) {
+      if (custom.domain == opset.domain() && opset.version() >= custom.min_version &&
+          opset.version() <= custom.max_version) {
+        accepted = true;
+      }
+    }
+    if (!accepted) {
+      return absl::UnimplementedError(absl::StrCat("unsupported operator domain '", opset.domain(),
+                                                   "' version ", opset.version()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Walks graphs, subgraphs and functions: counts nodes, bounds depth, validates every tensor's
+// dims and data size, and inlines external data.
+class ModelValidator {
+ public:
+  ModelValidator(const ModelLimits& limits, const std::string& external_data_dir)
+      : limits_(limits),
+        external_data_dir_(external_data_dir),
+        external_budget_(limits.max_external_data_bytes) {}
+
+  absl::Status ValidateModel(onnx::ModelProto& model) {
+    if (!model.has_graph()) return absl::InvalidArgumentError("model has no graph");
+    TRAIND_RETURN_IF_ERROR(ValidateGraph(*model.mutable_graph(), 1));
+    for (auto& function : *model.mutable_functions()) {
+      for (auto& node : *function.mutable_node()) TRAIND_RETURN_IF_ERROR(ValidateNode(node, 1));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status ValidateGraph(onnx::GraphProto& graph, int depth) {
+    if (depth > limits_.max_graph_depth) {
+      return absl::ResourceExhaustedError(absl::StrCat("graph '", graph.name(), "' is nested ",
+                                                       depth, " deep; the limit is ",
+                                                       limits_.max_graph_depth));
+    }
+    for (auto& tensor : *graph.mutable_initializer()) TRAIND_RETURN_IF_ERROR(ValidateTensor(tensor));
+    for (auto& sparse : *graph.mutable_sparse_initializer()) {
+      TRAIND_RETURN_IF_ERROR(ValidateSparse(sparse));
+    }
+    for (const auto* infos : {&graph.input(), &graph.output(), &graph.value_info()}) {
+      for (const auto& info : *infos) TRAIND_RETURN_IF_ERROR(ValidateValueInfo(info));
+    }
+    for (auto& node : *graph.mutable_node()) TRAIND_RETURN_IF_ERROR(ValidateNode(node, depth));
+    return absl::OkStatus();
+  }
+
+  absl::Status ValidateNode(onnx::NodeProto& node, int depth) {
+    if (++node_count_ > limits_.max_nodes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("model has more than ", limits_.max_nodes, " nodes"));
+    }
+    for (auto& attribute : *node.mutable_attribute()) {
+      absl::Status status = ValidateAttribute(attribute, depth);
+      if (!status.ok()) {
+        return absl::Status(status.code(),
+                            absl::StrCat("node '", node.name(), "' (", node.op_type(),
+                                         ") attribute '", attribute.name(), "': ",
+                                         status.message()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ValidateAttribute(onnx::AttributeProto& attribute, int depth) {
+    if (attribute.has_t()) TRAIND_RETURN_IF_ERROR(ValidateTensor(*attribute.mutable_t()));
+    for (auto& tensor : *attribute.mutable_tensors()) TRAIND_RETURN_IF_ERROR(ValidateTensor(tensor));
+    if (attribute.has_sparse_tensor()) {
+      TRAIND_RETURN_IF_ERROR(ValidateSparse(*attribute.mutable_sparse_tensor()));
+    }
+    for (auto& sparse : *attribute.mutable_sparse_tensors()) {
+      TRAIND_RETURN_IF_ERROR(ValidateSparse(sparse));
+    }
+    if (attribute.has_g()) TRAIND_RETURN_IF_ERROR(ValidateGraph(*attribute.mutable_g(), depth + 1));
+    for (auto& graph : *attribute.mutable_graphs()) {
+      TRAIND_RETURN_IF_ERROR(ValidateGraph(graph, depth + 1));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ValidateSparse(onnx::SparseTensorProto& sparse) {
+    TRAIND_RETURN_IF_ERROR(ValidateTensor(*sparse.mutable_values()));
+    TRAIND_RETURN_IF_ERROR(ValidateTensor(*sparse.mutable_indices()));
+    Shape dims(sparse.dims().begin(), sparse.dims().end());
+    return ElementCount(dims, limits_.max_tensor_elements).status();
+  }
+
+  // Declared shapes may not hold negative or absurd dims (shape inference multiplies them).
+  absl::Status ValidateValueInfo(const onnx::ValueInfoProto& info) {
+    if (!info.has_type() || !info.type().has_tensor_type() ||
+        !info.type().tensor_type().has_shape()) {
+      return absl::OkStatus();
+    }
+    for (const auto& dim : info.type().tensor_type().shape().dim()) {
+      if (dim.has_dim_value() &&
+          (dim.dim_value() < 0 || dim.dim_value() > limits_.max_tensor_elements)) {
+        return absl::InvalidArgumentError(absl::StrCat("value '", info.name(), "' has dim ",
+                                                       dim.dim_value(), " out of range"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ValidateTensor(onnx::TensorProto& tensor) {
+    Shape dims(tensor.dims().begin(), tensor.dims().end());
+    auto count = ElementCount(dims, limits_.max_tensor_elements);
+    if (!count.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", tensor.name(), "': ", count.status().message()));
+    }
+    const auto type = static_cast<DataType>(tensor.data_type());
+    if (tensor.data_type() < 1 || tensor.data_type() > 16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", tensor.name(), "' has invalid data type ", tensor.data_type()));
+    }
+    int64_t element_bytes = static_cast<int64_t>(ElementSize(type));
+    if (type == DataType::kComplex64) element_bytes = 8;
+    if (type == DataType::kComplex128) element_bytes = 16;
+    const int64_t expected_bytes = *count * element_bytes;  // <= 2^32 * 16: no overflow.
+
+    if (tensor.data_location() == onnx::TensorProto::EXTERNAL) {
+      if (type == DataType::kString) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", tensor.name(), "': string tensors cannot be external"));
+      }
+      return ResolveExternalData(tensor, external_data_dir_, expected_bytes, external_budget_);
+    }
+    if (tensor.has_raw_data() && type != DataType::kString &&
+        static_cast<int64_t>(tensor.raw_data().size()) != expected_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", tensor.name(), "': raw_data has ", tensor.raw_data().size(),
+          " bytes but dims ", ShapeToString(dims), " of ", DataTypeName(type), " need ",
+          expected_bytes));
+    }
+    return absl::OkStatus();
+  }
+
+  const ModelLimits& limits_;
+  const std::string& external_data_dir_;
+  int64_t external_budget_;
+  int64_t node_count_ = 0;
+};
+
+// Runs onnx's checker and strict shape inference; onnx reports errors by throwing.
+absl::Status RunOnnxChecker(onnx::ModelProto& model) {
+  try {
+    onnx::checker::check_model(model);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("onnx checker: ", e.what()));
+  } catch (...) {
+    return absl::InvalidArgumentError("onnx checker: unknown exception");
+  }
+  try {
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions(true, 1, true));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("onnx shape inference: ", e.what()));
+  } catch (...) {
+    return absl::InvalidArgumentError("onnx shape inference: unknown exception");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterCustomDomain(CustomDomain domain) {
+  MutableCustomDomains().push_back(std::move(domain));
+}
+
+const std::vector<CustomDomain>& RegisteredCustomDomains() { return MutableCustomDomains(); }
+
+absl::StatusOr<onnx::ModelProto> LoadModelFromBytes(absl::string_view bytes,
+                                                    const LoadOptions& options,
+                                                    const std::string& external_data_dir) {
+  if (static_cast<int64_t>(bytes.size()) > options.limits.max_model_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("model is ", bytes.size(),
+                                                     " bytes; the limit is ",
+                                                     options.limits.max_model_bytes));
+  }
+  onnx::ModelProto model;
+  google::protobuf::io::CodedInputStream stream(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                static_cast<int>(bytes.size()));
+  stream.SetRecursionLimit(kProtoRecursionLimit);
+  if (!model.ParseFromCodedStream(&stream) || !stream.ConsumedEntireMessage()) {
+    return absl::InvalidArgumentError(
+        "model bytes are not a valid ONNX ModelProto (truncated, corrupt or nested too deeply)");
+  }
+  TRAIND_RETURN_IF_ERROR(CheckOpsets(model, options));
+  ModelValidator validator(options.limits, external_data_dir);
+  TRAIND_RETURN_IF_ERROR(validator.ValidateModel(model));
+  if (options.run_onnx_checker) TRAIND_RETURN_IF_ERROR(RunOnnxChecker(model));
+  return model;
+}
+
+absl::StatusOr<onnx::ModelProto> LoadModelFromFile(const std::string& path,
+                                                   const LoadOptions& options) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open '", path, "': ", strerror(errno)));
+  }
+  struct stat info;
+  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not a regular file"));
+  }
+  if (info.st_size > options.limits.max_model_bytes) {
+    close(fd);
+    return absl::ResourceExhaustedError(absl::StrCat("model file '", path, "' is ", info.st_size,
+                                                     " bytes; the limit is ",
+                                                     options.limits.max_model_bytes));
+  }
+  std::string bytes(static_cast<size_t>(info.st_size), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t got = read(fd, &bytes[done], bytes.size() - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    done += static_cast<size_t>(got);
+  }
+  close(fd);
+  bytes.resize(done);
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  return LoadModelFromBytes(bytes, options, dir);
+}
+
+}  // namespace traind::engine

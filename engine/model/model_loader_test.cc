@@ -1,0 +1,205 @@
+#include "engine/model/model_loader.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace traind::engine {
+namespace {
+
+// A valid model: y = Relu(x) + w, w an initializer of 4 floats.
+onnx::ModelProto ValidModel(int opset = 13) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  auto* import = model.add_opset_import();
+  import->set_version(opset);
+  auto* graph = model.mutable_graph();
+  graph->set_name("g");
+  auto add_value = [](onnx::ValueInfoProto* info, const char* name) {
+    info->set_name(name);
+    auto* type = info->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(onnx::TensorProto::FLOAT);
+    type->mutable_shape()->add_dim()->set_dim_value(4);
+  };
+  add_value(graph->add_input(), "x");
+  add_value(graph->add_output(), "y");
+  auto* w = graph->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(4);
+  w->set_raw_data(std::string(16, '\0'));
+  auto* relu = graph->add_node();
+  relu->set_op_type("Relu");
+  relu->add_input("x");
+  relu->add_output("r");
+  auto* add = graph->add_node();
+  add->set_op_type("Add");
+  add->add_input("r");
+  add->add_input("w");
+  add->add_output("y");
+  return model;
+}
+
+absl::Status LoadBytes(const onnx::ModelProto& model, const std::string& dir = "") {
+  return LoadModelFromBytes(model.SerializeAsString(), LoadOptions(), dir).status();
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/model_loader_test.XXXXXX";
+    path_ = mkdtemp(pattern);
+  }
+  ~TempDir() {
+    if (std::system(("rm -rf '" + path_ + "'").c_str()) != 0) ADD_FAILURE() << "cleanup";
+  }
+  const std::string& path() const { return path_; }
+  void Write(const std::string& name, const std::string& contents) const {
+    std::ofstream(path_ + "/" + name, std::ios::binary) << contents;
+  }
+
+ private:
+  std::string path_;
+};
+
+void MakeExternal(onnx::ModelProto& model, const std::string& location, int64_t offset,
+                  int64_t length) {
+  auto* w = model.mutable_graph()->mutable_initializer(0);
+  w->clear_raw_data();
+  w->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto add = [w](const char* key, const std::string& value) {
+    auto* entry = w->add_external_data();
+    entry->set_key(key);
+    entry->set_value(value);
+  };
+  add("location", location);
+  add("offset", std::to_string(offset));
+  add("length", std::to_string(length));
+}
+
+TEST(ModelLoaderTest, AcceptsValidModel) { EXPECT_TRUE(LoadBytes(ValidModel()).ok()); }
+
+TEST(ModelLoaderTest, RejectsTruncatedBytes) {
+  const std::string bytes = ValidModel().SerializeAsString();
+  auto result = LoadModelFromBytes(bytes.substr(0, bytes.size() - 7));
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+}
+
+TEST(ModelLoaderTest, RejectsOpsetsOutside7To17) {
+  for (int opset : {6, 18}) {
+    absl::Status status = LoadBytes(ValidModel(opset));
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
+    EXPECT_NE(status.message().find("opset"), std::string::npos) << status;
+  }
+}
+
+TEST(ModelLoaderTest, CustomDomainNeedsRegistration) {
+  onnx::ModelProto model = ValidModel();
+  auto* import = model.add_opset_import();
+  import->set_domain("com.traind");
+  import->set_version(1);
+  EXPECT_EQ(LoadBytes(model).code(), absl::StatusCode::kUnimplemented);
+  LoadOptions options;
+  options.custom_domains.push_back({"com.traind", 1, 1});
+  EXPECT_TRUE(LoadModelFromBytes(model.SerializeAsString(), options).ok());
+}
+
+TEST(ModelLoaderTest, UnknownOpNamesTheOp) {
+  onnx::ModelProto model = ValidModel();
+  model.mutable_graph()->mutable_node(0)->set_op_type("NoSuchOp");
+  absl::Status status = LoadBytes(model);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("NoSuchOp"), std::string::npos) << status;
+}
+
+TEST(ModelLoaderTest, RejectsRawDataSizeMismatch) {
+  onnx::ModelProto model = ValidModel();
+  model.mutable_graph()->mutable_initializer(0)->set_raw_data(std::string(12, '\0'));
+  absl::Status status = LoadBytes(model);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("raw_data"), std::string::npos) << status;
+}
+
+TEST(ModelLoaderTest, RejectsOverflowingDims) {
+  onnx::ModelProto model = ValidModel();
+  auto* w = model.mutable_graph()->mutable_initializer(0);
+  w->clear_dims();
+  w->add_dims(int64_t{1} << 62);
+  w->add_dims(int64_t{1} << 62);
+  EXPECT_EQ(LoadBytes(model).code(), absl::StatusCode::kInvalidArgument);
+  w->clear_dims();
+  w->add_dims(-4);
+  EXPECT_EQ(LoadBytes(model).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ModelLoaderTest, NodeCountAndDepthLimits) {
+  LoadOptions options;
+  options.limits.max_nodes = 1;
+  EXPECT_EQ(LoadModelFromBytes(ValidModel().SerializeAsString(), options).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  onnx::ModelProto model = ValidModel();
+  onnx::GraphProto* graph = model.mutable_graph();
+  for (int depth = 0; depth < 10; ++depth) {  // If -> then_branch -> If -> ...
+    auto* node = graph->add_node();
+    node->set_op_type("If");
+    auto* attribute = node->add_attribute();
+    attribute->set_name("then_branch");
+    attribute->set_type(onnx::AttributeProto::GRAPH);
+    graph = attribute->mutable_g();
+  }
+  EXPECT_EQ(LoadBytes(model).code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(ModelLoaderTest, ExternalDataInsideModelDirIsInlined) {
+  TempDir dir;
+  dir.Write("weights.bin", std::string(8, 'x') + std::string(16, '\0'));
+  onnx::ModelProto model = ValidModel();
+  MakeExternal(model, "weights.bin", 8, 16);
+  auto loaded = LoadModelFromBytes(model.SerializeAsString(), LoadOptions(), dir.path());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->graph().initializer(0).raw_data().size(), 16u);
+  EXPECT_NE(loaded->graph().initializer(0).data_location(), onnx::TensorProto::EXTERNAL);
+}
+
+TEST(ModelLoaderTest, RejectsHostileExternalData) {
+  TempDir dir;
+  dir.Write("weights.bin", std::string(16, '\0'));
+  mkdir((dir.path() + "/sub").c_str(), 0700);
+  ASSERT_EQ(symlink((dir.path() + "/weights.bin").c_str(), (dir.path() + "/link.bin").c_str()), 0);
+  ASSERT_EQ(symlink(dir.path().c_str(), (dir.path() + "/sub/up").c_str()), 0);
+  struct Case {
+    std::string location;
+    int64_t offset;
+    int64_t length;
+  };
+  for (const Case& c : {Case{"/etc/passwd", 0, 16}, Case{"../weights.bin", 0, 16},
+                        Case{"sub/../weights.bin", 0, 16}, Case{"link.bin", 0, 16},
+                        Case{"sub/up/weights.bin", 0, 16}, Case{"weights.bin", 8, 16},
+                        Case{"weights.bin", 100, 0}, Case{"weights.bin", 0, 12},
+                        Case{"missing.bin", 0, 16}}) {
+    onnx::ModelProto model = ValidModel();
+    MakeExternal(model, c.location, c.offset, c.length);
+    absl::Status status = LoadBytes(model, dir.path());
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.location << ": " << status;
+  }
+  // Without a model directory no external data is allowed at all.
+  onnx::ModelProto model = ValidModel();
+  MakeExternal(model, "weights.bin", 0, 16);
+  EXPECT_FALSE(LoadBytes(model).ok());
+}
+
+TEST(ModelLoaderTest, CheckerErrorsAreStatusesNotExceptions) {
+  onnx::ModelProto model = ValidModel();
+  model.mutable_graph()->mutable_node(1)->clear_input();  // Add with no inputs.
+  absl::Status status = LoadBytes(model);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("Add"), std::string::npos) << status;
+}
+
+}  // namespace
+}  // namespace traind::engine

@@ -1,0 +1,152 @@
+// Data-movement ops: Transpose and Concat. Both only copy elements, so they dispatch on element
+// size (one instantiation per width serves every dtype).
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/runtime/dispatch.h"
+#include "engine/runtime/kernel.h"
+
+namespace traind::engine {
+namespace {
+
+DataType UnsignedOfSize(size_t bytes) {
+  switch (bytes) {
+    case 1: return DataType::kUint8;
+    case 2: return DataType::kUint16;
+    case 4: return DataType::kUint32;
+    case 8: return DataType::kUint64;
+    default: return DataType::kUndefined;
+  }
+}
+
+class TransposeKernel final : public Kernel {
+ public:
+  explicit TransposeKernel(std::vector<int64_t> perm) : perm_(std::move(perm)) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
+    const int64_t rank = x->rank();
+    std::vector<int64_t> perm = perm_;
+    if (perm.empty()) {
+      for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
+    }
+    if (static_cast<int64_t>(perm.size()) != rank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Transpose: perm has ", perm.size(), " entries for rank ", rank));
+    }
+    std::vector<bool> seen(rank, false);
+    for (int64_t& p : perm) {
+      TRAIND_ASSIGN_OR_RETURN(p, NormalizeAxis(p, rank));
+      if (seen[p]) return absl::InvalidArgumentError("Transpose: perm repeats an axis");
+      seen[p] = true;
+    }
+    // Input element strides, then the stride of each output dim in the input.
+    std::vector<int64_t> in_strides(rank, 1);
+    for (int64_t d = rank - 2; d >= 0; --d) in_strides[d] = in_strides[d + 1] * x->dim(d + 1);
+    Shape out_shape(rank);
+    std::vector<int64_t> strides(rank);
+    for (int64_t d = 0; d < rank; ++d) {
+      out_shape[d] = x->dim(perm[d]);
+      strides[d] = in_strides[perm[d]];
+    }
+    TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), out_shape));
+    if (y->num_elements() == 0) return absl::OkStatus();
+    if (rank <= 1) {
+      std::memcpy(y->mutable_raw_data(), x->raw_data(), x->byte_size());
+      return absl::OkStatus();
+    }
+    return DispatchAmong<uint8_t, uint16_t, uint32_t, uint64_t>(
+        UnsignedOfSize(ElementSize(x->dtype())), "Transpose", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          const T* in = x->data<T>();
+          T* out = y->mutable_data<T>();
+          const int64_t row = out_shape[rank - 1];
+          const int64_t row_stride = strides[rank - 1];
+          const int64_t rows = y->num_elements() / row;
+          context.threads().ParallelFor(
+              rows, std::max<int64_t>(1, kParallelElementThreshold / row),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  // Input offset of output row r: mixed-radix decomposition of r.
+                  int64_t offset = 0;
+                  int64_t rest = r;
+                  for (int64_t d = rank - 2; d >= 0; --d) {
+                    offset += (rest % out_shape[d]) * strides[d];
+                    rest /= out_shape[d];
+                  }
+                  T* dst = out + r * row;
+                  const T* src = in + offset;
+                  for (int64_t i = 0; i < row; ++i) dst[i] = src[i * row_stride];
+                }
+              });
+          return absl::OkStatus();
+        });
+  }
+
+ private:
+  std::vector<int64_t> perm_;  // Empty: reverse the dims.
+};
+
+class ConcatKernel final : public Kernel {
+ public:
+  explicit ConcatKernel(int64_t axis) : axis_(axis) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* first, context.RequiredInput(0));
+    const int64_t rank = first->rank();
+    TRAIND_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(axis_, rank));
+    Shape out_shape = first->shape();
+    out_shape[axis] = 0;
+    std::vector<const Tensor*> inputs;
+    for (int i = 0; i < context.num_inputs(); ++i) {
+      TRAIND_ASSIGN_OR_RETURN(const Tensor* input, context.RequiredInput(i));
+      if (input->dtype() != first->dtype() || input->rank() != rank) {
+        return absl::InvalidArgumentError("Concat: inputs differ in dtype or rank");
+      }
+      for (int64_t d = 0; d < rank; ++d) {
+        if (d != axis && input->dim(d) != first->dim(d)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "Concat: ", input->DebugString(), " does not match ", first->DebugString()));
+        }
+      }
+      out_shape[axis] += input->dim(axis);  // Sum <= sum of valid element counts: no overflow.
+      inputs.push_back(input);
+    }
+    TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, first->dtype(), out_shape));
+    if (y->num_elements() == 0) return absl::OkStatus();
+    const size_t element_size = ElementSize(first->dtype());
+    const int64_t outer = DimProduct(out_shape, 0, static_cast<size_t>(axis));
+    const size_t out_row_bytes =
+        static_cast<size_t>(DimProduct(out_shape, static_cast<size_t>(axis), out_shape.size())) *
+        element_size;
+    char* out = static_cast<char*>(y->mutable_raw_data());
+    size_t column_offset = 0;  // Byte offset of the current input within an output row.
+    for (const Tensor* input : inputs) {
+      const size_t row_bytes = input->byte_size() / static_cast<size_t>(outer);
+      const char* in = static_cast<const char*>(input->raw_data());
+      for (int64_t o = 0; o < outer && row_bytes > 0; ++o) {
+        std::memcpy(out + o * out_row_bytes + column_offset, in + o * row_bytes, row_bytes);
+      }
+      column_offset += row_bytes;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t axis_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateTransposeKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> perm, init.GetInts("perm"));
+  return std::unique_ptr<Kernel>(new TransposeKernel(std::move(perm)));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateConcatKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", std::nullopt));
+  return std::unique_ptr<Kernel>(new ConcatKernel(axis));
+}
+
+}  // namespace traind::engine

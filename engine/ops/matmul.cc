@@ -1,0 +1,186 @@
+// MatMul (numpy semantics: 1-D promotion, broadcast batch dims) and Gemm. The multiplication is
+// oneDNN's sgemm for float and OpenBLAS dgemm for double; no hand-written GEMM loops.
+#include <cblas.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/ops/broadcast.h"
+#include "engine/runtime/dispatch.h"
+#include "engine/runtime/kernel.h"
+#include "oneapi/dnnl/dnnl.h"
+
+namespace traind::engine {
+namespace {
+
+// Row-major C[M,N] = alpha * op(A) * op(B) + beta * C with leading dimensions lda/ldb/ldc.
+template <typename T>
+absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const T* a, int64_t lda, const T* b, int64_t ldb, float beta, T* c,
+                  int64_t ldc) {
+  if (m == 0 || n == 0) return absl::OkStatus();
+  if (k == 0) {
+    // Nothing to multiply; BLAS would still scale C, but callers only pass beta 0 or 1 here.
+    if (beta == 0.0f) {
+      for (int64_t i = 0; i < m; ++i) std::memset(c + i * ldc, 0, sizeof(T) * n);
+    }
+    return absl::OkStatus();
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k,
+                                            alpha, a, lda, b, ldb, beta, c, ldc);
+    if (status != dnnl_success) {
+      return absl::InternalError(absl::StrCat("dnnl_sgemm failed with status ", status));
+    }
+  } else {
+    cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+                static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+                static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+                static_cast<blasint>(ldc));
+  }
+  return absl::OkStatus();
+}
+
+// BLAS takes 32-bit sizes (OpenBLAS blasint); refuse anything larger instead of truncating.
+absl::Status CheckBlasDims(int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t kLimit = (int64_t{1} << 31) - 1;
+  if (m > kLimit || n > kLimit || k > kLimit) {
+    return absl::UnimplementedError("matrix dims above 2^31 are unsupported");
+  }
+  return absl::OkStatus();
+}
+
+class MatMulKernel final : public Kernel {
+ public:
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* a, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* b, context.RequiredInput(1));
+    if (a->dtype() != b->dtype()) return absl::InvalidArgumentError("MatMul: dtypes differ");
+    if (a->rank() == 0 || b->rank() == 0) {
+      return absl::InvalidArgumentError("MatMul: inputs must have rank >= 1");
+    }
+    // 1-D operands are promoted to matrices; the promoted dim is dropped from the output.
+    Shape a_shape = a->shape();
+    Shape b_shape = b->shape();
+    if (a->rank() == 1) a_shape.insert(a_shape.begin(), 1);
+    if (b->rank() == 1) b_shape.push_back(1);
+    const int64_t m = a_shape[a_shape.size() - 2];
+    const int64_t k = a_shape.back();
+    const int64_t n = b_shape.back();
+    if (b_shape[b_shape.size() - 2] != k) {
+      return absl::InvalidArgumentError(absl::StrCat("MatMul: ", a->DebugString(), " x ",
+                                                     b->DebugString(), " inner dims differ"));
+    }
+    TRAIND_RETURN_IF_ERROR(CheckBlasDims(m, n, k));
+    const Shape a_batch(a_shape.begin(), a_shape.end() - 2);
+    const Shape b_batch(b_shape.begin(), b_shape.end() - 2);
+    const Shape* batch_shapes[] = {&a_batch, &b_batch};
+    TRAIND_ASSIGN_OR_RETURN(BroadcastPlan batches, BroadcastPlan::Make(batch_shapes));
+    Shape out_shape = batches.output_shape();
+    if (a->rank() > 1) out_shape.push_back(m);
+    if (b->rank() > 1) out_shape.push_back(n);
+    TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, a->dtype(), out_shape));
+    if (y->num_elements() == 0) return absl::OkStatus();
+
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(a->dtype(), "MatMul", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* a_data = a->data<T>();
+      const T* b_data = b->data<T>();
+      T* y_data = y->mutable_data<T>();
+      // The GEMM library threads each multiplication itself, so batches run one after another.
+      ThreadPool serial(1);
+      absl::Status status;
+      batches.ForEachRow(serial, [&](int64_t out_batch, const int64_t* offsets, int64_t count) {
+        for (int64_t i = 0; i < count && status.ok(); ++i) {
+          const int64_t a_index = offsets[0] + i * batches.inner_stride(0);
+          const int64_t b_index = offsets[1] + i * batches.inner_stride(1);
+          status = Gemm<T>(false, false, m, n, k, 1.0f, a_data + a_index * m * k, k,
+                           b_data + b_index * k * n, n, 0.0f, y_data + (out_batch + i) * m * n, n);
+        }
+      });
+      return status;
+    });
+  }
+};
+
+class GemmKernel final : public Kernel {
+ public:
+  GemmKernel(bool trans_a, bool trans_b, float alpha, float beta)
+      : trans_a_(trans_a), trans_b_(trans_b), alpha_(alpha), beta_(beta) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* a, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* b, context.RequiredInput(1));
+    const Tensor* c = context.input(2);
+    if (a->rank() != 2 || b->rank() != 2 || a->dtype() != b->dtype() ||
+        (c != nullptr && (c->dtype() != a->dtype() || c->rank() > 2))) {
+      return absl::InvalidArgumentError("Gemm: A and B must be matrices, C rank <= 2, one dtype");
+    }
+    const int64_t m = trans_a_ ? a->dim(1) : a->dim(0);
+    const int64_t k = trans_a_ ? a->dim(0) : a->dim(1);
+    const int64_t n = trans_b_ ? b->dim(0) : b->dim(1);
+    if ((trans_b_ ? b->dim(1) : b->dim(0)) != k) {
+      return absl::InvalidArgumentError(absl::StrCat("Gemm: ", a->DebugString(), " x ",
+                                                     b->DebugString(), " inner dims differ"));
+    }
+    TRAIND_RETURN_IF_ERROR(CheckBlasDims(m, n, k));
+    // C broadcasts unidirectionally to [M, N].
+    int64_t c_rows = 1, c_cols = 1;
+    if (c != nullptr && c->rank() == 2) {
+      c_rows = c->dim(0);
+      c_cols = c->dim(1);
+    } else if (c != nullptr && c->rank() == 1) {
+      c_cols = c->dim(0);
+    }
+    if ((c_rows != 1 && c_rows != m) || (c_cols != 1 && c_cols != n)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Gemm: C ", c->DebugString(), " does not broadcast to [", m, ",", n, "]"));
+    }
+    TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, a->dtype(), {m, n}));
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(a->dtype(), "Gemm", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* y_data = y->mutable_data<T>();
+      const bool use_c = c != nullptr && beta_ != 0.0f && c->num_elements() > 0;
+      if (use_c) {
+        // Y = beta * broadcast(C) first; the GEMM then accumulates into it (beta = 1).
+        const T* c_data = c->data<T>();
+        const T beta = static_cast<T>(beta_);
+        for (int64_t i = 0; i < m; ++i) {
+          const T* c_row = c_data + (c_rows == 1 ? 0 : i * c_cols);
+          T* y_row = y_data + i * n;
+          if (c_cols == 1) {
+            for (int64_t j = 0; j < n; ++j) y_row[j] = beta * c_row[0];
+          } else {
+            for (int64_t j = 0; j < n; ++j) y_row[j] = beta * c_row[j];
+          }
+        }
+      }
+      return Gemm<T>(trans_a_, trans_b_, m, n, k, alpha_, a->data<T>(), a->dim(1), b->data<T>(),
+                     b->dim(1), use_c ? 1.0f : 0.0f, y_data, n);
+    });
+  }
+
+ private:
+  bool trans_a_;
+  bool trans_b_;
+  float alpha_;
+  float beta_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateMatMulKernel(const KernelInit&) {
+  return std::unique_ptr<Kernel>(new MatMulKernel());
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateGemmKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(int64_t trans_a, init.GetInt("transA", 0));
+  TRAIND_ASSIGN_OR_RETURN(int64_t trans_b, init.GetInt("transB", 0));
+  TRAIND_ASSIGN_OR_RETURN(float alpha, init.GetFloat("alpha", 1.0f));
+  TRAIND_ASSIGN_OR_RETURN(float beta, init.GetFloat("beta", 1.0f));
+  return std::unique_ptr<Kernel>(new GemmKernel(trans_a != 0, trans_b != 0, alpha, beta));
+}
+
+}  // namespace traind::engine

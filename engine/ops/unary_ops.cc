@@ -1,0 +1,122 @@
+// Unary elementwise ops: math (Sqrt Exp Log Erf Tanh Reciprocal Neg Abs), activations (Sigmoid
+// Relu LeakyRelu Elu Selu Softplus) and Not. Attributes are parsed once in the factory.
+#include <cmath>
+
+#include "engine/ops/elementwise.h"
+
+namespace traind::engine {
+namespace {
+
+struct SqrtOp {
+  template <typename T> T operator()(T x) const { return std::sqrt(x); }
+};
+struct ExpOp {
+  template <typename T> T operator()(T x) const { return std::exp(x); }
+};
+struct LogOp {
+  template <typename T> T operator()(T x) const { return std::log(x); }
+};
+struct ErfOp {
+  template <typename T> T operator()(T x) const { return std::erf(x); }
+};
+struct TanhOp {
+  template <typename T> T operator()(T x) const { return std::tanh(x); }
+};
+struct ReciprocalOp {
+  template <typename T> T operator()(T x) const { return T(1) / x; }
+};
+struct NegOp {
+  template <typename T> T operator()(T x) const { return WrapNeg(x); }
+};
+struct AbsOp {
+  template <typename T>
+  T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) {
+      return x;
+    } else {
+      return x < T(0) ? WrapNeg(x) : x;
+    }
+  }
+};
+struct SigmoidOp {
+  // Split by sign so exp never overflows.
+  template <typename T>
+  T operator()(T x) const {
+    if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+    const T e = std::exp(x);
+    return e / (T(1) + e);
+  }
+};
+struct ReluOp {
+  template <typename T> T operator()(T x) const { return x > T(0) ? x : T(0); }
+};
+struct LeakyReluOp {
+  float alpha;
+  template <typename T> T operator()(T x) const { return x >= T(0) ? x : static_cast<T>(alpha) * x; }
+};
+struct EluOp {
+  float alpha;
+  template <typename T>
+  T operator()(T x) const { return x >= T(0) ? x : static_cast<T>(alpha) * (std::exp(x) - T(1)); }
+};
+struct SeluOp {
+  float alpha;
+  float gamma;
+  template <typename T>
+  T operator()(T x) const {
+    return static_cast<T>(gamma) *
+           (x > T(0) ? x : static_cast<T>(alpha) * (std::exp(x) - T(1)));
+  }
+};
+struct SoftplusOp {
+  // log(1 + e^x) = max(x, 0) + log1p(e^-|x|): no overflow for large |x|.
+  template <typename T>
+  T operator()(T x) const { return (x > T(0) ? x : T(0)) + std::log1p(std::exp(-std::fabs(x))); }
+};
+struct NotOp {
+  uint8_t operator()(uint8_t x) const { return x ^ 1; }  // Bools are 0/1.
+};
+
+template <typename Op, typename... Ts>
+absl::StatusOr<std::unique_ptr<Kernel>> MakeUnary(const char* name, Op op = Op{}) {
+  return std::unique_ptr<Kernel>(new UnaryKernel<Op, Ts...>(name, op));
+}
+
+}  // namespace
+
+#define TRAIND_DEFINE_UNARY(OpName, Functor, ...)                                      \
+  absl::StatusOr<std::unique_ptr<Kernel>> Create##OpName##Kernel(const KernelInit&) { \
+    return MakeUnary<Functor, __VA_ARGS__>(#OpName);                                    \
+  }
+
+TRAIND_DEFINE_UNARY(Sqrt, SqrtOp, TRAIND_FLOAT_TYPES)
+TRAIND_DEFINE_UNARY(Exp, ExpOp, TRAIND_FLOAT_TYPES)
+TRAIND_DEFINE_UNARY(Log, LogOp, TRAIND_FLOAT_TYPES)
+TRAIND_DEFINE_UNARY(Erf, ErfOp, TRAIND_FLOAT_TYPES)
+TRAIND_DEFINE_UNARY(Tanh, TanhOp, TRAIND_FLOAT_TYPES)
+TRAIND_DEFINE_UNARY(Reciprocal, ReciprocalOp, TRAIND_FLOAT_TYPES)
+TRAIND_DEFINE_UNARY(Sigmoid, SigmoidOp, TRAIND_FLOAT_TYPES)
+TRAIND_DEFINE_UNARY(Softplus, SoftplusOp, TRAIND_FLOAT_TYPES)
+TRAIND_DEFINE_UNARY(Neg, NegOp, TRAIND_FLOAT_TYPES, TRAIND_SIGNED_INT_TYPES)
+TRAIND_DEFINE_UNARY(Abs, AbsOp, TRAIND_NUMERIC_TYPES)
+TRAIND_DEFINE_UNARY(Relu, ReluOp, TRAIND_FLOAT_TYPES, TRAIND_SIGNED_INT_TYPES)
+TRAIND_DEFINE_UNARY(Not, NotOp, BoolType)
+#undef TRAIND_DEFINE_UNARY
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateLeakyReluKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(float alpha, init.GetFloat("alpha", 0.01f));
+  return MakeUnary<LeakyReluOp, TRAIND_FLOAT_TYPES>("LeakyRelu", LeakyReluOp{alpha});
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateEluKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(float alpha, init.GetFloat("alpha", 1.0f));
+  return MakeUnary<EluOp, TRAIND_FLOAT_TYPES>("Elu", EluOp{alpha});
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateSeluKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(float alpha, init.GetFloat("alpha", 1.67326319217681884765625f));
+  TRAIND_ASSIGN_OR_RETURN(float gamma, init.GetFloat("gamma", 1.05070102214813232421875f));
+  return MakeUnary<SeluOp, TRAIND_FLOAT_TYPES>("Selu", SeluOp{alpha, gamma});
+}
+
+}  // namespace traind::engine

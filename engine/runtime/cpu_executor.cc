@@ -1,0 +1,91 @@
+#include "engine/runtime/cpu_executor.h"
+
+#include <exception>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+
+namespace traind::engine {
+
+absl::Status CheckInputMatchesDeclaration(const GraphValue& declared, const Tensor& tensor) {
+  if (!tensor.defined()) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", declared.name, "' is empty"));
+  }
+  if (tensor.dtype() != declared.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", declared.name, "' has dtype ",
+                                                   DataTypeName(tensor.dtype()), ", expected ",
+                                                   DataTypeName(declared.dtype)));
+  }
+  if (!declared.has_shape) return absl::OkStatus();
+  bool matches = declared.dims.size() == tensor.shape().size();
+  for (size_t i = 0; matches && i < declared.dims.size(); ++i) {
+    matches = declared.dims[i] < 0 || declared.dims[i] == tensor.shape()[i];
+  }
+  if (!matches) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", declared.name, "' has shape ",
+                                                   ShapeToString(tensor.shape()), ", expected ",
+                                                   ShapeToString(declared.dims),
+                                                   " (-1 = any)"));
+  }
+  return absl::OkStatus();
+}
+
+CpuExecutor::CpuExecutor(ThreadPool* threads, std::shared_ptr<BufferPool> buffers)
+    : threads_(threads ? *threads : ThreadPool::Default()),
+      buffers_(buffers ? std::move(buffers) : BufferPool::Create()) {}
+
+absl::StatusOr<std::vector<Tensor>> CpuExecutor::Run(const Plan& plan,
+                                                     absl::Span<const Tensor> inputs) const {
+  if (inputs.size() != plan.inputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("expected ", plan.inputs.size(),
+                                                   " inputs, got ", inputs.size()));
+  }
+  std::vector<Tensor> slots(plan.num_slots);
+  for (const auto& [slot, tensor] : plan.constants) slots[slot] = tensor;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    absl::Status status = CheckInputMatchesDeclaration(plan.inputs[i], inputs[i]);
+    if (!status.ok()) return status;
+    slots[plan.inputs[i].slot] = inputs[i];
+  }
+
+  absl::InlinedVector<const Tensor*, 8> node_inputs;
+  absl::InlinedVector<Tensor*, 4> node_outputs;
+  for (const PlannedNode& node : plan.nodes) {
+    node_inputs.clear();
+    node_outputs.clear();
+    for (int slot : node.inputs) {
+      // A slot can be empty only if its producer was skipped, which the plan rules out; still,
+      // pass nullptr rather than an undefined tensor so kernels see "omitted".
+      node_inputs.push_back(slot >= 0 && slots[slot].defined() ? &slots[slot] : nullptr);
+    }
+    for (int slot : node.outputs) node_outputs.push_back(slot >= 0 ? &slots[slot] : nullptr);
+    KernelContext context(node_inputs.data(), static_cast<int>(node_inputs.size()),
+                          node_outputs.data(), static_cast<int>(node_outputs.size()), *buffers_,
+                          threads_);
+    absl::Status status;
+    try {
+      status = node.kernel->Compute(context);
+    } catch (const std::bad_alloc&) {
+      status = absl::ResourceExhaustedError("out of memory");
+    } catch (const std::exception& e) {
+      status = absl::InternalError(absl::StrCat("exception: ", e.what()));
+    }
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrCat(node.label, ": ", status.message()));
+    }
+    for (size_t i = 0; i < node.outputs.size(); ++i) {
+      if (node.outputs[i] >= 0 && !slots[node.outputs[i]].defined()) {
+        return absl::InternalError(
+            absl::StrCat(node.label, ": kernel did not produce output ", i));
+      }
+    }
+    for (int slot : node.release_after) slots[slot] = Tensor();
+  }
+
+  std::vector<Tensor> outputs;
+  outputs.reserve(plan.outputs.size());
+  for (const GraphValue& output : plan.outputs) outputs.push_back(slots[output.slot]);
+  return outputs;
+}
+
+}  // namespace traind::engine

@@ -1,0 +1,32 @@
+// Runs a Plan on the CPU: one pass over the schedule, intermediates drawn from a size-bucketed
+// BufferPool and released after their last consumer, kernels parallelised on a ThreadPool.
+#ifndef TRAIND_ENGINE_RUNTIME_CPU_EXECUTOR_H_
+#define TRAIND_ENGINE_RUNTIME_CPU_EXECUTOR_H_
+
+#include <memory>
+
+#include "engine/core/buffer_pool.h"
+#include "engine/core/thread_pool.h"
+#include "engine/runtime/executor.h"
+
+namespace traind::engine {
+
+class CpuExecutor : public Executor {
+ public:
+  // Defaults: ThreadPool::Default() and a fresh pool.
+  explicit CpuExecutor(ThreadPool* threads = nullptr,
+                       std::shared_ptr<BufferPool> buffers = nullptr);
+
+  absl::StatusOr<std::vector<Tensor>> Run(const Plan& plan,
+                                          absl::Span<const Tensor> inputs) const override;
+
+  BufferPool& buffers() const { return *buffers_; }
+
+ private:
+  ThreadPool& threads_;
+  std::shared_ptr<BufferPool> buffers_;
+};
+
+}  // namespace traind::engine
+
+#endif  // TRAIND_ENGINE_RUNTIME_CPU_EXECUTOR_H_

@@ -1,0 +1,112 @@
+// The kernel interface. A kernel is created once per node at compile time from a KernelInit (where
+// it parses and validates its attributes) and then computes on every run through a KernelContext.
+// Kernels are immutable after creation: Compute is const and may run concurrently for different
+// runs. Shapes are computed at run time from the actual inputs (models may have dynamic dims).
+#ifndef TRAIND_ENGINE_RUNTIME_KERNEL_H_
+#define TRAIND_ENGINE_RUNTIME_KERNEL_H_
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/core/buffer_pool.h"
+#include "engine/core/tensor.h"
+#include "engine/core/thread_pool.h"
+#include "onnx/onnx_pb.h"
+
+namespace traind::engine {
+
+// Compile-time view of one node: its attributes (typed, validated accessors), opset and input
+// arity. Errors it returns name the node, op type, opset and attribute.
+class KernelInit {
+ public:
+  KernelInit(const onnx::NodeProto& node, int opset) : node_(node), opset_(opset) {}
+
+  const onnx::NodeProto& node() const { return node_; }
+  const std::string& op_type() const { return node_.op_type(); }
+  int opset() const { return opset_; }
+  int num_inputs() const { return node_.input_size(); }
+  int num_outputs() const { return node_.output_size(); }
+  // False for an omitted optional input (absent or named "").
+  bool has_input(int i) const { return i < node_.input_size() && !node_.input(i).empty(); }
+
+  bool HasAttribute(absl::string_view name) const { return Find(name) != nullptr; }
+  absl::StatusOr<int64_t> GetInt(absl::string_view name, std::optional<int64_t> fallback) const;
+  absl::StatusOr<float> GetFloat(absl::string_view name, std::optional<float> fallback) const;
+  absl::StatusOr<std::string> GetString(absl::string_view name,
+                                        std::optional<std::string> fallback) const;
+  // Absent => `fallback` (empty if none given).
+  absl::StatusOr<std::vector<int64_t>> GetInts(absl::string_view name,
+                                               std::vector<int64_t> fallback = {}) const;
+  absl::StatusOr<std::vector<float>> GetFloats(absl::string_view name) const;
+  absl::StatusOr<Tensor> GetTensor(absl::string_view name) const;
+
+  // kInvalidArgument "node 'n' (Op, opset 13): <message>".
+  absl::Status Error(absl::string_view message) const;
+  // kUnimplemented, for valid models this kernel cannot run (the backend runner reports SKIP).
+  absl::Status Unsupported(absl::string_view message) const;
+
+ private:
+  const onnx::AttributeProto* Find(absl::string_view name) const;
+  absl::StatusOr<const onnx::AttributeProto*> FindTyped(absl::string_view name,
+                                                        onnx::AttributeProto::AttributeType type) const;
+  const onnx::NodeProto& node_;
+  int opset_;
+};
+
+// Run-time view of one node: inputs, outputs, memory and threads.
+class KernelContext {
+ public:
+  KernelContext(const Tensor* const* inputs, int num_inputs, Tensor* const* outputs,
+                int num_outputs, BufferPool& buffers, ThreadPool& threads)
+      : inputs_(inputs), num_inputs_(num_inputs), outputs_(outputs), num_outputs_(num_outputs),
+        buffers_(buffers), threads_(threads) {}
+
+  int num_inputs() const { return num_inputs_; }
+  // nullptr for an omitted optional input (or i beyond the node's inputs).
+  const Tensor* input(int i) const { return i < num_inputs_ ? inputs_[i] : nullptr; }
+  // The input, or a kInvalidArgument error if it was omitted.
+  absl::StatusOr<const Tensor*> RequiredInput(int i) const;
+  int num_outputs() const { return num_outputs_; }
+  // False when the node does not name output i (the kernel may skip computing it).
+  bool wants_output(int i) const { return i < num_outputs_ && outputs_[i] != nullptr; }
+
+  // An uninitialised pooled tensor for output i. If the node does not want output i, still
+  // returns a scratch tensor so kernels need no special case.
+  absl::StatusOr<Tensor*> AllocateOutput(int i, DataType dtype, Shape shape);
+  // Forwards an existing tensor (for example an input with a new shape) as output i; no copy.
+  void SetOutput(int i, Tensor tensor);
+
+  ThreadPool& threads() const { return threads_; }
+  BufferPool& buffers() const { return buffers_; }
+
+ private:
+  const Tensor* const* inputs_;
+  int num_inputs_;
+  Tensor* const* outputs_;
+  int num_outputs_;
+  BufferPool& buffers_;
+  ThreadPool& threads_;
+  std::deque<Tensor> scratch_;  // Unwanted outputs; deque keeps earlier pointers valid.
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // Reads inputs, writes every wanted output. Errors are annotated with the node by the executor.
+  virtual absl::Status Compute(KernelContext& context) const = 0;
+};
+
+using KernelFactory = absl::StatusOr<std::unique_ptr<Kernel>> (*)(const KernelInit& init);
+
+// Error helpers for run-time messages (the executor prefixes the node).
+absl::Status UnsupportedDtype(absl::string_view op, DataType dtype);
+
+}  // namespace traind::engine
+
+#endif  // TRAIND_ENGINE_RUNTIME_KERNEL_H_

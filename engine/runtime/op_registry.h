@@ -1,0 +1,66 @@
+// Which ops the engine can run. The single list of registrations is engine/ops/op_list.inc: one
+// line per op (domain, op type, opset range, kernel factory, gradient slot).
+#ifndef TRAIND_ENGINE_RUNTIME_OP_REGISTRY_H_
+#define TRAIND_ENGINE_RUNTIME_OP_REGISTRY_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "engine/runtime/kernel.h"
+
+namespace traind::engine {
+
+// The gradient slot of a registration. Issue 4 adds the gradient rule itself (a builder that emits
+// the backward nodes) next to each kernel and flips the state to kWritten; ops without a gradient
+// say kNotDifferentiable explicitly. A test walks the list and reports every kNotYetWritten.
+enum class GradientState {
+  kNotYetWritten,
+  kNotDifferentiable,
+  kWritten,
+};
+
+struct GradientSlot {
+  GradientState state = GradientState::kNotYetWritten;
+};
+
+inline constexpr GradientSlot kGradientNotYetWritten{GradientState::kNotYetWritten};
+inline constexpr GradientSlot kNotDifferentiable{GradientState::kNotDifferentiable};
+
+inline constexpr const char* kOnnxDomain = "";
+
+struct OpRegistration {
+  const char* domain;  // "" for ai.onnx.
+  const char* op_type;
+  int first_opset;  // Inclusive range of the domain's opset versions this kernel implements.
+  int last_opset;
+  KernelFactory factory;
+  GradientSlot gradient;
+};
+
+class OpRegistry {
+ public:
+  // Built once from engine/ops/op_list.inc (defined in engine/ops/op_list.cc, so that linking
+  // the registry pulls in every kernel).
+  static const OpRegistry& Global();
+
+  explicit OpRegistry(std::vector<OpRegistration> registrations);
+
+  // nullptr if no registration covers (domain, op_type, opset). "ai.onnx" is treated as "".
+  const OpRegistration* Find(absl::string_view domain, absl::string_view op_type,
+                             int opset) const;
+  const std::vector<OpRegistration>& registrations() const { return registrations_; }
+
+ private:
+  std::vector<OpRegistration> registrations_;
+  // "domain\0op_type" -> indices into registrations_.
+  absl::flat_hash_map<std::string, std::vector<size_t>> by_name_;
+};
+
+// Defined in engine/ops/op_list.cc.
+std::vector<OpRegistration> BuiltinOpRegistrations();
+
+}  // namespace traind::engine
+
+#endif  // TRAIND_ENGINE_RUNTIME_OP_REGISTRY_H_

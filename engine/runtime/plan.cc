@@ -1,0 +1,250 @@
+#include "engine/runtime/plan.h"
+
+#include <deque>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/model/tensor_proto.h"
+
+namespace traind::engine {
+namespace {
+
+std::string NodeLabel(const onnx::NodeProto& node, int opset) {
+  return absl::StrCat("node '", node.name(), "' (", node.op_type(), ", opset ", opset, ")");
+}
+
+absl::StatusOr<GraphValue> DescribeValue(const onnx::ValueInfoProto& info, int slot) {
+  GraphValue value;
+  value.name = info.name();
+  value.slot = slot;
+  if (!info.type().has_tensor_type()) {
+    return absl::UnimplementedError(
+        absl::StrCat("graph value '", info.name(), "' is not a tensor (sequence/map/optional)"));
+  }
+  const auto& tensor_type = info.type().tensor_type();
+  auto dtype = DataTypeFromOnnx(tensor_type.elem_type());
+  if (!dtype.ok()) {
+    return absl::Status(dtype.status().code(), absl::StrCat("graph value '", info.name(),
+                                                            "': ", dtype.status().message()));
+  }
+  value.dtype = *dtype;
+  value.has_shape = tensor_type.has_shape();
+  for (const auto& dim : tensor_type.shape().dim()) {
+    value.dims.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+  }
+  return value;
+}
+
+class Compiler {
+ public:
+  Compiler(const onnx::ModelProto& model, const OpRegistry& registry)
+      : graph_(model.graph()), registry_(registry) {
+    for (const auto& opset : model.opset_import()) {
+      const std::string domain = opset.domain() == "ai.onnx" ? "" : opset.domain();
+      opsets_[domain] = static_cast<int>(opset.version());
+    }
+  }
+
+  absl::StatusOr<std::shared_ptr<const Plan>> Build() {
+    auto plan = std::make_shared<Plan>();
+    plan_ = plan.get();
+    TRAIND_RETURN_IF_ERROR(AddInitializersAndInputs());
+    TRAIND_ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder());
+    for (int index : order) TRAIND_RETURN_IF_ERROR(AddNode(graph_.node(index)));
+    TRAIND_RETURN_IF_ERROR(AddOutputs());
+    PlanReleases();
+    plan_->num_slots = static_cast<int>(plan_->slot_names.size());
+    return std::shared_ptr<const Plan>(std::move(plan));
+  }
+
+ private:
+  int NewSlot(const std::string& name) {
+    const int slot = static_cast<int>(plan_->slot_names.size());
+    plan_->slot_names.push_back(name);
+    slot_by_name_[name] = slot;
+    return slot;
+  }
+
+  absl::Status AddInitializersAndInputs() {
+    for (const auto& initializer : graph_.initializer()) {
+      if (slot_by_name_.contains(initializer.name())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("initializer '", initializer.name(), "' is defined twice"));
+      }
+      TRAIND_ASSIGN_OR_RETURN(Tensor tensor, TensorFromProto(initializer));
+      plan_->constants.emplace_back(NewSlot(initializer.name()), std::move(tensor));
+    }
+    if (graph_.sparse_initializer_size() > 0) {
+      return absl::UnimplementedError("sparse initializers are unsupported");
+    }
+    for (const auto& input : graph_.input()) {
+      // Since IR 4 an initializer may also be listed as an input (an overridable default); the
+      // engine treats it as a constant.
+      if (slot_by_name_.contains(input.name())) continue;
+      TRAIND_ASSIGN_OR_RETURN(GraphValue value, DescribeValue(input, NewSlot(input.name())));
+      plan_->inputs.push_back(std::move(value));
+    }
+    return absl::OkStatus();
+  }
+
+  // Kahn's algorithm over node indices; refuses cycles and values with two producers.
+  absl::StatusOr<std::vector<int>> TopologicalOrder() {
+    const int num_nodes = graph_.node_size();
+    absl::flat_hash_map<std::string, int> producer;
+    for (int i = 0; i < num_nodes; ++i) {
+      for (const auto& output : graph_.node(i).output()) {
+        if (output.empty()) continue;
+        if (slot_by_name_.contains(output) || !producer.emplace(output, i).second) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "value '", output, "' is produced twice (second time by ",
+              NodeLabel(graph_.node(i), OpsetOf(graph_.node(i))), ")"));
+        }
+      }
+    }
+    std::vector<int> pending_inputs(num_nodes, 0);
+    std::vector<std::vector<int>> consumers(num_nodes);
+    for (int i = 0; i < num_nodes; ++i) {
+      for (const auto& input : graph_.node(i).input()) {
+        auto it = producer.find(input);
+        if (input.empty() || it == producer.end()) continue;
+        ++pending_inputs[i];
+        consumers[it->second].push_back(i);
+      }
+    }
+    // A FIFO seeded in model order keeps the model's order when it is already topological.
+    std::deque<int> ready;
+    for (int i = 0; i < num_nodes; ++i) {
+      if (pending_inputs[i] == 0) ready.push_back(i);
+    }
+    std::vector<int> order;
+    order.reserve(num_nodes);
+    while (!ready.empty()) {
+      const int node = ready.front();
+      ready.pop_front();
+      order.push_back(node);
+      for (int consumer : consumers[node]) {
+        if (--pending_inputs[consumer] == 0) ready.push_back(consumer);
+      }
+    }
+    if (static_cast<int>(order.size()) != num_nodes) {
+      for (int i = 0; i < num_nodes; ++i) {
+        if (pending_inputs[i] > 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "graph has a cycle through ", NodeLabel(graph_.node(i), OpsetOf(graph_.node(i)))));
+        }
+      }
+    }
+    return order;
+  }
+
+  int OpsetOf(const onnx::NodeProto& node) const {
+    const std::string domain = node.domain() == "ai.onnx" ? "" : node.domain();
+    auto it = opsets_.find(domain);
+    return it == opsets_.end() ? -1 : it->second;
+  }
+
+  absl::Status AddNode(const onnx::NodeProto& node) {
+    const int opset = OpsetOf(node);
+    PlannedNode planned;
+    planned.label = NodeLabel(node, opset);
+    if (opset < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(planned.label, ": domain '", node.domain(), "' is not imported"));
+    }
+    const OpRegistration* registration = registry_.Find(node.domain(), node.op_type(), opset);
+    if (registration == nullptr) {
+      return absl::UnimplementedError(
+          absl::StrCat("unsupported op ", node.op_type(),
+                       node.domain().empty() ? "" : absl::StrCat(" (domain ", node.domain(), ")"),
+                       " at opset ", opset));
+    }
+    for (const auto& input : node.input()) {
+      if (input.empty()) {
+        planned.inputs.push_back(-1);
+        continue;
+      }
+      auto it = slot_by_name_.find(input);
+      if (it == slot_by_name_.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(planned.label, ": input '", input, "' is never defined"));
+      }
+      planned.inputs.push_back(it->second);
+    }
+    for (const auto& output : node.output()) {
+      planned.outputs.push_back(output.empty() ? -1 : NewSlot(output));
+    }
+    KernelInit init(node, opset);
+    TRAIND_ASSIGN_OR_RETURN(planned.kernel, registration->factory(init));
+    plan_->nodes.push_back(std::move(planned));
+    return absl::OkStatus();
+  }
+
+  absl::Status AddOutputs() {
+    for (const auto& output : graph_.output()) {
+      auto it = slot_by_name_.find(output.name());
+      if (it == slot_by_name_.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("graph output '", output.name(), "' is never produced"));
+      }
+      TRAIND_ASSIGN_OR_RETURN(GraphValue value, DescribeValue(output, it->second));
+      plan_->outputs.push_back(std::move(value));
+    }
+    return absl::OkStatus();
+  }
+
+  // For each slot, find the last node that reads it; graph outputs are never released.
+  void PlanReleases() {
+    const int num_slots = static_cast<int>(plan_->slot_names.size());
+    std::vector<int> last_use(num_slots, -1);
+    std::vector<bool> keep(num_slots, false);
+    for (const GraphValue& output : plan_->outputs) keep[output.slot] = true;
+    for (const auto& [slot, tensor] : plan_->constants) keep[slot] = true;  // Plan owns them.
+    for (int n = 0; n < static_cast<int>(plan_->nodes.size()); ++n) {
+      const PlannedNode& node = plan_->nodes[n];
+      for (int slot : node.inputs) {
+        if (slot >= 0) last_use[slot] = n;
+      }
+      // An output nobody reads is dropped right after its producer.
+      for (int slot : node.outputs) {
+        if (slot >= 0 && last_use[slot] < n) last_use[slot] = n;
+      }
+    }
+    for (int slot = 0; slot < num_slots; ++slot) {
+      if (!keep[slot] && last_use[slot] >= 0) {
+        plan_->nodes[last_use[slot]].release_after.push_back(slot);
+      }
+    }
+  }
+
+  const onnx::GraphProto& graph_;
+  const OpRegistry& registry_;
+  absl::flat_hash_map<std::string, int> opsets_;
+  absl::flat_hash_map<std::string, int> slot_by_name_;
+  Plan* plan_ = nullptr;
+};
+
+}  // namespace
+
+int Plan::InputIndex(const std::string& name) const {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int Plan::OutputIndex(const std::string& name) const {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+absl::StatusOr<std::shared_ptr<const Plan>> Compile(const onnx::ModelProto& model,
+                                                    const CompileOptions& options) {
+  const OpRegistry& registry = options.registry ? *options.registry : OpRegistry::Global();
+  Compiler compiler(model, registry);
+  return compiler.Build();
+}
+
+}  // namespace traind::engine

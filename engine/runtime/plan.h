@@ -1,0 +1,63 @@
+// A compiled model: kernels in a topological schedule over integer value slots. Immutable once
+// built, so one Plan serves concurrent runs. All string lookups happen in Compile, none per run.
+#ifndef TRAIND_ENGINE_RUNTIME_PLAN_H_
+#define TRAIND_ENGINE_RUNTIME_PLAN_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/core/tensor.h"
+#include "engine/runtime/kernel.h"
+#include "engine/runtime/op_registry.h"
+#include "onnx/onnx_pb.h"
+
+namespace traind::engine {
+
+// A graph input or output as the model declares it. Dims < 0 are dynamic (dim_param or unknown);
+// `has_shape` is false when the model gives no rank.
+struct GraphValue {
+  std::string name;
+  int slot = -1;
+  DataType dtype = DataType::kUndefined;
+  bool has_shape = false;
+  Shape dims;
+};
+
+struct PlannedNode {
+  std::string label;  // "node 'name' (Op, opset N)" for error messages.
+  std::unique_ptr<Kernel> kernel;
+  std::vector<int> inputs;   // Slot ids; -1 for an omitted optional input.
+  std::vector<int> outputs;  // Slot ids; -1 for an unnamed (unwanted) output.
+  // Slots whose last consumer is this node (and that are not graph outputs): the executor drops
+  // them right after this node, returning their buffers to the pool for later nodes.
+  std::vector<int> release_after;
+};
+
+struct Plan {
+  int num_slots = 0;
+  std::vector<GraphValue> inputs;   // Graph inputs that are not initializers, in model order.
+  std::vector<GraphValue> outputs;  // In model order.
+  std::vector<std::pair<int, Tensor>> constants;  // Initializers, loaded once.
+  std::vector<PlannedNode> nodes;                 // Topological order.
+  std::vector<std::string> slot_names;            // For debugging and errors only.
+
+  // -1 if absent. Not for the hot path: resolve names once, then run by index.
+  int InputIndex(const std::string& name) const;
+  int OutputIndex(const std::string& name) const;
+};
+
+struct CompileOptions {
+  const OpRegistry* registry = nullptr;  // nullptr: OpRegistry::Global().
+};
+
+// Builds a Plan from a model that LoadModel* accepted. Errors: kUnimplemented for ops (or opsets)
+// without a kernel, kInvalidArgument for cycles, undefined values or bad attributes; each names
+// the node, op and opset.
+absl::StatusOr<std::shared_ptr<const Plan>> Compile(const onnx::ModelProto& model,
+                                                    const CompileOptions& options = {});
+
+}  // namespace traind::engine
+
+#endif  // TRAIND_ENGINE_RUNTIME_PLAN_H_
