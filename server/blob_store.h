@@ -14,6 +14,12 @@
 
 namespace traind {
 
+using engine::AtomicFileWriter;
+using engine::ReadFileLimited;
+using engine::Sha256;
+using engine::Sha256Hex;
+using engine::WriteFileAtomically;
+
 struct BlobInfo {
   std::string blob_id;  // = sha256 hex of the content
   int64_t size_bytes = 0;

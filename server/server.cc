@@ -32,6 +32,10 @@
 namespace traind {
 namespace {
 
+using engine::ReadFileLimited;
+using engine::Sha256Hex;
+using engine::WriteFileAtomically;
+
 // Splits "host:port" (host may be "[::1]"); false when there is no numeric port.
 bool SplitHostPort(const std::string& address, std::string* host, int* port) {
   const size_t colon = address.rfind(':');

@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace traind {
+namespace traind::engine {
 namespace {
 
 absl::Status ErrnoError(absl::string_view what, const std::string& path) {
@@ -172,4 +172,4 @@ absl::StatusOr<std::string> ReadFileLimited(const std::string& path, int64_t max
   return content;
 }
 
-}  // namespace traind
+}  // namespace traind::engine

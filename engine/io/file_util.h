@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace traind {
+namespace traind::engine {
 
 // Writes `content` to `path` so that a crash at any moment leaves either the old file or the complete new one:
 // write a temporary file in the same directory, fsync it, rename it over `path`, fsync the directory.
@@ -61,6 +61,6 @@ class AtomicFileWriter {
   bool committed_ = false;
 };
 
-}  // namespace traind
+}  // namespace traind::engine
 
 #endif  // TRAIND_ENGINE_IO_FILE_UTIL_H_

@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 
-namespace traind {
+namespace traind::engine {
 namespace {
 
 std::string TempDir() { return std::getenv("TEST_TMPDIR"); }
@@ -73,4 +73,4 @@ TEST(FileUtilTest, WriteIntoMissingDirectoryFailsClearly) {
 }
 
 }  // namespace
-}  // namespace traind
+}  // namespace traind::engine

@@ -19,6 +19,10 @@
 namespace traind {
 namespace {
 
+using engine::ReadFileLimited;
+using engine::Sha256Hex;
+using engine::WriteFileAtomically;
+
 namespace v1 = ::traind::v1;
 using testing::DaemonProcess;
 

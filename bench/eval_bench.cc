@@ -1,0 +1,146 @@
+// eval_bench: forward-pass timing of an ONNX model on .npy inputs with traind's engine.
+//
+//   bazel run -c opt //bench:eval_bench -- --model=M.onnx --input=input=x.npy [--reference=logits=ref.npy]
+//       [--threads=2] [--warmup=20] [--min_iters=20] [--min_time=1.5] [--repeats=3] [--json]
+//
+// Compile once, run `warmup` times, then time single runs until both min_iters and min_time are reached;
+// repeat that `repeats` times and report the median of the per-repeat medians (and p10/p90 of all runs).
+// With --reference the outputs are compared first (max abs error relative to the reference's max abs).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_split.h"
+#include "engine/core/thread_pool.h"
+#include "engine/io/npy.h"
+#include "engine/model/model_loader.h"
+#include "engine/runtime/cpu_executor.h"
+#include "engine/runtime/plan.h"
+#include "engine/runtime/session.h"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+ABSL_FLAG(std::string, model, "", "ONNX model file.");
+ABSL_FLAG(std::vector<std::string>, input, {}, "NAME=FILE.npy, one per graph input (comma-separated or repeated).");
+ABSL_FLAG(std::vector<std::string>, reference, {}, "OUTPUT=FILE.npy to check before timing.");
+ABSL_FLAG(int, threads, 2, "Intra-op threads (engine pool, oneDNN/OpenMP, OpenBLAS).");
+ABSL_FLAG(int, warmup, 20, "Untimed runs first.");
+ABSL_FLAG(int, min_iters, 20, "Timed runs per repeat, at least.");
+ABSL_FLAG(double, min_time, 1.5, "Seconds per repeat, at least.");
+ABSL_FLAG(int, repeats, 3, "Repeats; the reported median is the median of their medians.");
+ABSL_FLAG(bool, json, false, "Print one JSON line instead of text.");
+
+namespace traind::engine {
+namespace {
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+double Percentile(std::vector<double> values, double p) {
+  std::sort(values.begin(), values.end());
+  return values[static_cast<size_t>(p * (values.size() - 1) + 0.5)];
+}
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "eval_bench: %s\n", message.c_str());
+  return 1;
+}
+
+int Main() {
+  const int threads = absl::GetFlag(FLAGS_threads);
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  ThreadPool pool(threads);
+
+  absl::StatusOr<onnx::ModelProto> model = LoadModelFromFile(absl::GetFlag(FLAGS_model));
+  if (!model.ok()) return Fail(std::string(model.status().message()));
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = Compile(*model);
+  if (!plan.ok()) return Fail(std::string(plan.status().message()));
+  Session session(*plan, std::make_unique<CpuExecutor>(&pool));
+
+  NamedTensors inputs;
+  for (const std::string& spec : absl::GetFlag(FLAGS_input)) {
+    std::vector<std::string> parts = absl::StrSplit(spec, absl::MaxSplits('=', 1));
+    if (parts.size() != 2) return Fail("--input wants NAME=FILE.npy, got " + spec);
+    absl::StatusOr<Tensor> tensor = ReadNpy(parts[1]);
+    if (!tensor.ok()) return Fail(std::string(tensor.status().message()));
+    inputs.emplace_back(parts[0], *tensor);
+  }
+  absl::StatusOr<NamedTensors> first = session.Run(inputs);
+  if (!first.ok()) return Fail(std::string(first.status().message()));
+
+  double worst_relative_error = 0;
+  for (const std::string& spec : absl::GetFlag(FLAGS_reference)) {
+    std::vector<std::string> parts = absl::StrSplit(spec, absl::MaxSplits('=', 1));
+    if (parts.size() != 2) return Fail("--reference wants OUTPUT=FILE.npy, got " + spec);
+    absl::StatusOr<Tensor> expected = ReadNpy(parts[1]);
+    if (!expected.ok()) return Fail(std::string(expected.status().message()));
+    const Tensor* actual = nullptr;
+    for (const auto& [name, tensor] : *first) {
+      if (name == parts[0]) actual = &tensor;
+    }
+    if (actual == nullptr) return Fail("the model has no output " + parts[0]);
+    if (actual->shape() != expected->shape() || actual->dtype() != DataType::kFloat32 ||
+        expected->dtype() != DataType::kFloat32) {
+      return Fail("output " + parts[0] + " is " + actual->DebugString() + ", reference " + expected->DebugString());
+    }
+    double max_error = 0, max_reference = 0;
+    for (int64_t i = 0; i < actual->num_elements(); ++i) {
+      max_error = std::max<double>(max_error, std::fabs(actual->data<float>()[i] - expected->data<float>()[i]));
+      max_reference = std::max<double>(max_reference, std::fabs(expected->data<float>()[i]));
+    }
+    worst_relative_error = std::max(worst_relative_error, max_error / std::max(max_reference, 1e-30));
+  }
+  if (worst_relative_error > 1e-4) {
+    return Fail("outputs differ from the reference: max error " + std::to_string(worst_relative_error) +
+                " of the reference's max abs");
+  }
+
+  for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) (void)session.Run(inputs);
+  std::vector<double> all_ms, repeat_medians;
+  for (int repeat = 0; repeat < absl::GetFlag(FLAGS_repeats); ++repeat) {
+    std::vector<double> ms;
+    const auto start = std::chrono::steady_clock::now();
+    while (static_cast<int>(ms.size()) < absl::GetFlag(FLAGS_min_iters) ||
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
+               absl::GetFlag(FLAGS_min_time)) {
+      const auto t0 = std::chrono::steady_clock::now();
+      absl::StatusOr<NamedTensors> outputs = session.Run(inputs);
+      const auto t1 = std::chrono::steady_clock::now();
+      if (!outputs.ok()) return Fail(std::string(outputs.status().message()));
+      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    repeat_medians.push_back(Median(ms));
+    all_ms.insert(all_ms.end(), ms.begin(), ms.end());
+  }
+  const double median = Median(repeat_medians);
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf("{\"model\": \"%s\", \"threads\": %d, \"median_ms\": %.4f, \"p10_ms\": %.4f, \"p90_ms\": %.4f, "
+                "\"runs\": %zu, \"max_rel_error\": %.3g}\n",
+                absl::GetFlag(FLAGS_model).c_str(), threads, median, Percentile(all_ms, 0.1),
+                Percentile(all_ms, 0.9), all_ms.size(), worst_relative_error);
+  } else {
+    std::printf("model %s threads %d: median %.3f ms (p10 %.3f, p90 %.3f, %zu runs), max rel error %.3g\n",
+                absl::GetFlag(FLAGS_model).c_str(), threads, median, Percentile(all_ms, 0.1),
+                Percentile(all_ms, 0.9), all_ms.size(), worst_relative_error);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace traind::engine
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return traind::engine::Main();
+}
