@@ -1,48 +1,37 @@
-// A small fixed thread pool for intra-op parallelism. Kernels call ParallelFor; the calling thread
-// always takes part, so a pool of N threads has N-1 workers. Nested ParallelFor calls (from inside a
-// worker's chunk) run inline, which rules out deadlock by construction.
+// Intra-op parallelism for kernels. Backed by OpenMP — the runtime oneDNN (Debian's libdnnl is built with
+// GNU OpenMP) already uses — so that the engine's own loops and oneDNN's primitives share one team of
+// threads instead of two pools spinning against each other on few cores.
 #ifndef TRAIND_ENGINE_CORE_THREAD_POOL_H_
 #define TRAIND_ENGINE_CORE_THREAD_POOL_H_
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <mutex>
-#include <thread>
-#include <vector>
 
 namespace traind::engine {
 
 class ThreadPool {
  public:
-  // `num_threads` counts the caller; 1 means everything runs inline.
+  // `num_threads` >= 1: the most threads one ParallelFor (and oneDNN, after MakeCurrent) uses.
   explicit ThreadPool(int num_threads);
-  ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  // Process-wide pool sized to the CPUs this process may run on (sched_getaffinity).
+  // Sized to the CPUs this process may run on.
   static ThreadPool& Default();
 
-  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+  int num_threads() const { return num_threads_; }
 
-  // Calls fn(begin, end) over disjoint ranges covering [0, n), each at least `min_grain` long
-  // (except possibly the last), and returns when all are done.
-  void ParallelFor(int64_t n, int64_t min_grain, const std::function<void(int64_t, int64_t)>& fn);
+  // Math libraries called later from the calling thread (oneDNN through OpenMP) use num_threads() threads.
+  void MakeCurrent() const;
+
+  // Calls fn(begin, end) on disjoint chunks covering [0, n), each at least `min_grain` long (but the last),
+  // in parallel, and returns when all are done. Nested calls (from inside a chunk) run inline.
+  void ParallelFor(int64_t n, int64_t min_grain, const std::function<void(int64_t, int64_t)>& fn) const;
 
  private:
-  void WorkerLoop();
-
-  std::mutex mutex_;
-  std::condition_variable work_available_;
-  std::deque<std::function<void()>> queue_;
-  bool stopping_ = false;
-  std::vector<std::thread> workers_;
+  int num_threads_;
 };
 
-// Element count above which elementwise kernels split work across threads; below it the
-// synchronisation costs more than it saves.
 inline constexpr int64_t kParallelElementThreshold = 1 << 16;
 
 }  // namespace traind::engine

@@ -40,6 +40,8 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutor::Run(const Plan& plan,
     return absl::InvalidArgumentError(absl::StrCat("expected ", plan.inputs.size(),
                                                    " inputs, got ", inputs.size()));
   }
+  // oneDNN, called by kernels on this thread, then uses the same thread count as ParallelFor.
+  threads_.MakeCurrent();
   std::vector<Tensor> slots(plan.num_slots);
   for (const auto& [slot, tensor] : plan.constants) slots[slot] = tensor;
   for (size_t i = 0; i < inputs.size(); ++i) {
