@@ -6,12 +6,11 @@
 // Compile once, run `warmup` times, then time single runs until both min_iters and min_time are reached;
 // repeat that `repeats` times and report the median of the per-repeat medians (and p10/p90 of all runs).
 // With --reference the outputs are compared first (max abs error relative to the reference's max abs).
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,6 +35,7 @@ ABSL_FLAG(int, min_iters, 20, "Timed runs per repeat, at least.");
 ABSL_FLAG(double, min_time, 1.5, "Seconds per repeat, at least.");
 ABSL_FLAG(int, repeats, 3, "Repeats; the reported median is the median of their medians.");
 ABSL_FLAG(bool, json, false, "Print one JSON line instead of text.");
+ABSL_FLAG(bool, profile, false, "Also print the time per op type (one more timed pass, profiled).");
 
 namespace traind::engine {
 namespace {
@@ -58,7 +58,6 @@ int Fail(const std::string& message) {
 
 int Main() {
   const int threads = absl::GetFlag(FLAGS_threads);
-  omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
   ThreadPool pool(threads);
 
@@ -66,7 +65,9 @@ int Main() {
   if (!model.ok()) return Fail(std::string(model.status().message()));
   absl::StatusOr<std::shared_ptr<const Plan>> plan = Compile(*model);
   if (!plan.ok()) return Fail(std::string(plan.status().message()));
-  Session session(*plan, std::make_unique<CpuExecutor>(&pool));
+  auto executor = std::make_unique<CpuExecutor>(&pool);
+  CpuExecutor* cpu_executor = executor.get();
+  Session session(*plan, std::move(executor));
 
   NamedTensors inputs;
   for (const std::string& spec : absl::GetFlag(FLAGS_input)) {
@@ -124,6 +125,29 @@ int Main() {
     all_ms.insert(all_ms.end(), ms.begin(), ms.end());
   }
   const double median = Median(repeat_medians);
+  if (absl::GetFlag(FLAGS_profile)) {
+    CpuExecutor::Profile profile;
+    cpu_executor->EnableProfiling(&profile);
+    for (int i = 0; i < absl::GetFlag(FLAGS_min_iters); ++i) (void)session.Run(inputs);
+    cpu_executor->EnableProfiling(nullptr);
+    std::map<std::string, std::pair<double, int>> by_op;  // seconds, node count
+    double total = 0;
+    for (size_t i = 0; i < profile.seconds_per_node.size(); ++i) {
+      auto& entry = by_op[(*plan)->nodes[i].op_type];
+      entry.first += profile.seconds_per_node[i];
+      entry.second += 1;
+      total += profile.seconds_per_node[i];
+    }
+    std::vector<std::pair<double, std::string>> sorted;
+    for (const auto& [op, entry] : by_op) sorted.emplace_back(entry.first, op);
+    std::sort(sorted.rbegin(), sorted.rend());
+    std::fprintf(stderr, "profile (%lld runs): per run %.3f ms in kernels\n", static_cast<long long>(profile.runs),
+                 1e3 * total / profile.runs);
+    for (const auto& [seconds, op] : sorted) {
+      std::fprintf(stderr, "  %-24s %3d nodes %9.3f ms %5.1f%%\n", op.c_str(), by_op[op].second,
+                   1e3 * seconds / profile.runs, 100 * seconds / total);
+    }
+  }
   if (absl::GetFlag(FLAGS_json)) {
     std::printf("{\"model\": \"%s\", \"threads\": %d, \"median_ms\": %.4f, \"p10_ms\": %.4f, \"p90_ms\": %.4f, "
                 "\"runs\": %zu, \"max_rel_error\": %.3g}\n",

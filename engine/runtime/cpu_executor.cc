@@ -1,5 +1,7 @@
 #include "engine/runtime/cpu_executor.h"
 
+#include <chrono>
+
 #include <exception>
 
 #include "absl/container/inlined_vector.h"
@@ -50,9 +52,16 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutor::Run(const Plan& plan,
     slots[plan.inputs[i].slot] = inputs[i];
   }
 
+  if (profile_ != nullptr) {
+    profile_->seconds_per_node.resize(plan.nodes.size());
+    ++profile_->runs;
+  }
   absl::InlinedVector<const Tensor*, 8> node_inputs;
   absl::InlinedVector<Tensor*, 4> node_outputs;
-  for (const PlannedNode& node : plan.nodes) {
+  for (size_t node_index = 0; node_index < plan.nodes.size(); ++node_index) {
+    const PlannedNode& node = plan.nodes[node_index];
+    const auto node_start =
+        profile_ != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     node_inputs.clear();
     node_outputs.clear();
     for (int slot : node.inputs) {
@@ -71,6 +80,10 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutor::Run(const Plan& plan,
       status = absl::ResourceExhaustedError("out of memory");
     } catch (const std::exception& e) {
       status = absl::InternalError(absl::StrCat("exception: ", e.what()));
+    }
+    if (profile_ != nullptr) {
+      profile_->seconds_per_node[node_index] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - node_start).count();
     }
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat(node.label, ": ", status.message()));

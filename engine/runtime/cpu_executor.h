@@ -4,6 +4,7 @@
 #define TRAIND_ENGINE_RUNTIME_CPU_EXECUTOR_H_
 
 #include <memory>
+#include <vector>
 
 #include "engine/core/buffer_pool.h"
 #include "engine/core/thread_pool.h"
@@ -22,7 +23,16 @@ class CpuExecutor : public Executor {
 
   BufferPool& buffers() const { return *buffers_; }
 
+  // Per-node wall time, accumulated over runs, for benchmarks. Not thread-safe: enable only when one
+  // thread runs the executor. `seconds_per_node` is indexed like Plan::nodes.
+  struct Profile {
+    std::vector<double> seconds_per_node;
+    int64_t runs = 0;
+  };
+  void EnableProfiling(Profile* profile) { profile_ = profile; }
+
  private:
+  Profile* profile_ = nullptr;
   ThreadPool& threads_;
   std::shared_ptr<BufferPool> buffers_;
 };

@@ -148,6 +148,7 @@ class Compiler {
     const int opset = OpsetOf(node);
     PlannedNode planned;
     planned.label = NodeLabel(node, opset);
+    planned.op_type = node.op_type();
     if (opset < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(planned.label, ": domain '", node.domain(), "' is not imported"));

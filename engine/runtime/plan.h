@@ -26,7 +26,8 @@ struct GraphValue {
 };
 
 struct PlannedNode {
-  std::string label;  // "node 'name' (Op, opset N)" for error messages.
+  std::string label;    // "node 'name' (Op, opset N)" for error messages.
+  std::string op_type;  // For profiles.
   std::unique_ptr<Kernel> kernel;
   std::vector<int> inputs;   // Slot ids; -1 for an omitted optional input.
   std::vector<int> outputs;  // Slot ids; -1 for an unnamed (unwanted) output.

@@ -317,3 +317,20 @@ TEST(DaemonTest, ReflectionIsServedOnlyWhenEnabled) {
 
 }  // namespace
 }  // namespace traind
+
+namespace traind {
+namespace {
+
+TEST(DaemonSignalsTest, SigintDrainsAndExitsZeroLikeSigterm) {
+  auto daemon = testing::DaemonProcess::Start({});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  absl::Duration elapsed;
+  absl::StatusOr<int> exit_code = (*daemon)->SignalAndWait(SIGINT, absl::Seconds(5), &elapsed);
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status();
+  EXPECT_EQ(*exit_code, 0);
+  EXPECT_LT(elapsed, absl::Seconds(2));
+  EXPECT_THAT((*daemon)->Log(), ::testing::HasSubstr("signal=Interrupt"));
+}
+
+}  // namespace
+}  // namespace traind
