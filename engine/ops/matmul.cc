@@ -84,24 +84,61 @@ class MatMulKernel final : public Kernel {
     TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, a->dtype(), out_shape));
     if (y->num_elements() == 0) return absl::OkStatus();
 
-    return DispatchAmong<TRAIND_FLOAT_TYPES>(a->dtype(), "MatMul", [&](auto tag) {
+    const int64_t a_batches = ElementCountOrZero(a_batch);
+    // B without batch dims: A's batches and rows are one tall matrix, so one large GEMM replaces many
+    // small ones (the common [batch, seq, d] x [d, e] of transformers).
+    const bool fold_batches_into_rows = b_batch.empty();
+    std::vector<BatchPair> pairs;
+    if (!fold_batches_into_rows) {
+      ThreadPool serial(1);
+      batches.ForEachRow(serial, [&](int64_t out_batch, const int64_t* offsets, int64_t count) {
+        for (int64_t i = 0; i < count; ++i) {
+          pairs.push_back({out_batch + i, offsets[0] + i * batches.inner_stride(0),
+                           offsets[1] + i * batches.inner_stride(1)});
+        }
+      });
+    }
+
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(a->dtype(), "MatMul", [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
       const T* a_data = a->data<T>();
       const T* b_data = b->data<T>();
       T* y_data = y->mutable_data<T>();
-      // The GEMM library threads each multiplication itself, so batches run one after another.
-      ThreadPool serial(1);
-      absl::Status status;
-      batches.ForEachRow(serial, [&](int64_t out_batch, const int64_t* offsets, int64_t count) {
-        for (int64_t i = 0; i < count && status.ok(); ++i) {
-          const int64_t a_index = offsets[0] + i * batches.inner_stride(0);
-          const int64_t b_index = offsets[1] + i * batches.inner_stride(1);
-          status = Gemm<T>(false, false, m, n, k, 1.0f, a_data + a_index * m * k, k,
-                           b_data + b_index * k * n, n, 0.0f, y_data + (out_batch + i) * m * n, n);
+      if (fold_batches_into_rows) {
+        return Gemm<T>(false, false, a_batches * m, n, k, 1.0f, a_data, k, b_data, n, 0.0f, y_data, n);
+      }
+      if (pairs.size() == 1) {
+        const BatchPair& pair = pairs.front();
+        return Gemm<T>(false, false, m, n, k, 1.0f, a_data + pair.a * m * k, k, b_data + pair.b * k * n, n,
+                       0.0f, y_data + pair.out * m * n, n);
+      }
+      // Many small GEMMs (attention heads): one thread per group of batches, each GEMM single-threaded
+      // (oneDNN's OpenMP region nests inside ours and runs inline).
+      std::vector<absl::Status> statuses(pairs.size());
+      context.threads().ParallelFor(static_cast<int64_t>(pairs.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const BatchPair& pair = pairs[i];
+          statuses[i] = Gemm<T>(false, false, m, n, k, 1.0f, a_data + pair.a * m * k, k, b_data + pair.b * k * n,
+                                n, 0.0f, y_data + pair.out * m * n, n);
         }
       });
-      return status;
+      for (const absl::Status& status : statuses) TRAIND_RETURN_IF_ERROR(status);
+      return absl::OkStatus();
     });
+  }
+
+ private:
+  // One GEMM of a batched MatMul: output batch index and the A / B batch indices it reads.
+  struct BatchPair {
+    int64_t out;
+    int64_t a;
+    int64_t b;
+  };
+
+  static int64_t ElementCountOrZero(const Shape& shape) {
+    int64_t count = 1;
+    for (int64_t dim : shape) count *= dim;
+    return count;
   }
 };
 

@@ -25,6 +25,44 @@ TEST(MatMulTest, BroadcastBatches) {
       .Run();
 }
 
+// y[b] = a[b] @ w, by definition, for the tests below.
+std::vector<float> NaiveBatchedMatMul(const std::vector<float>& a, const std::vector<float>& w, int64_t batches,
+                                      int64_t m, int64_t k, int64_t n) {
+  std::vector<float> y(batches * m * n, 0.0f);
+  for (int64_t b = 0; b < batches; ++b)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t p = 0; p < k; ++p) y[(b * m + i) * n + j] += a[(b * m + i) * k + p] * w[p * n + j];
+  return y;
+}
+
+std::vector<float> Ramp(int64_t size, float scale) {
+  std::vector<float> values(size);
+  for (int64_t i = 0; i < size; ++i) values[i] = scale * static_cast<float>((i * 7) % 13 - 6);
+  return values;
+}
+
+TEST(MatMulTest, BatchedTimesMatrixIsOneTallGemm) {
+  // [4,3,5] x [5,6]: the batches fold into the rows of one GEMM.
+  const std::vector<float> a = Ramp(4 * 3 * 5, 0.5f), w = Ramp(5 * 6, 0.25f);
+  OpTester("MatMul", 13).AddInput<float>("a", {4, 3, 5}, a).AddInput<float>("b", {5, 6}, w)
+      .AddOutput<float>("y", {4, 3, 6}, NaiveBatchedMatMul(a, w, 4, 3, 5, 6)).Run();
+}
+
+TEST(MatMulTest, ManySmallBatchesRunInParallel) {
+  // [2,8,3,4] x [2,8,4,2]: 16 independent GEMMs, split across threads.
+  const std::vector<float> a = Ramp(16 * 3 * 4, 1.0f), b = Ramp(16 * 4 * 2, 0.5f);
+  std::vector<float> expected;
+  for (int64_t batch = 0; batch < 16; ++batch) {
+    const std::vector<float> a_batch(a.begin() + batch * 12, a.begin() + (batch + 1) * 12);
+    const std::vector<float> b_batch(b.begin() + batch * 8, b.begin() + (batch + 1) * 8);
+    const std::vector<float> y = NaiveBatchedMatMul(a_batch, b_batch, 1, 3, 4, 2);
+    expected.insert(expected.end(), y.begin(), y.end());
+  }
+  OpTester("MatMul", 13).AddInput<float>("a", {2, 8, 3, 4}, a).AddInput<float>("b", {2, 8, 4, 2}, b)
+      .AddOutput<float>("y", {2, 8, 3, 2}, expected).Run();
+}
+
 TEST(GemmTest, TransposesAlphaBetaAndBroadcastC) {
   OpTester("Gemm", 13).AddAttribute("transA", int64_t{1}).AddAttribute("alpha", 2.0f)
       .AddAttribute("beta", 0.5f)
