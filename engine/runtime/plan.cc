@@ -3,8 +3,11 @@
 #include <deque>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "engine/core/buffer_pool.h"
 #include "engine/core/status_macros.h"
+#include "engine/core/thread_pool.h"
 #include "engine/model/tensor_proto.h"
 
 namespace traind::engine {
@@ -53,6 +56,7 @@ class Compiler {
     TRAIND_ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder());
     for (int index : order) TRAIND_RETURN_IF_ERROR(AddNode(graph_.node(index)));
     TRAIND_RETURN_IF_ERROR(AddOutputs());
+    FoldConstants();
     PlanReleases();
     plan_->num_slots = static_cast<int>(plan_->slot_names.size());
     return std::shared_ptr<const Plan>(std::move(plan));
@@ -192,6 +196,62 @@ class Compiler {
       plan_->outputs.push_back(std::move(value));
     }
     return absl::OkStatus();
+  }
+
+  // Runs each node whose inputs are all constants once, now, and keeps its outputs as constants: the
+  // Transpose of a weight, shape arithmetic on static shapes, Constant nodes. Random ops are kept, and so are
+  // nodes whose outputs would be large (folding trades memory for time) or that fail (the error then
+  // surfaces at run time, as without folding).
+  void FoldConstants() {
+    static const absl::flat_hash_set<std::string> kNondeterministic = {
+        "Dropout", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli",
+        "Multinomial"};
+    constexpr size_t kMaxFoldedBytes = size_t{16} << 20;
+    std::vector<const Tensor*> constant_of_slot(plan_->slot_names.size(), nullptr);
+    for (const auto& [slot, tensor] : plan_->constants) constant_of_slot[slot] = &tensor;
+    std::shared_ptr<BufferPool> buffers = BufferPool::Create(0);
+    ThreadPool& threads = ThreadPool::Default();
+    std::vector<PlannedNode> kept;
+    for (PlannedNode& node : plan_->nodes) {
+      bool foldable = !kNondeterministic.contains(node.op_type);
+      std::vector<const Tensor*> inputs;
+      for (int slot : node.inputs) {
+        if (slot >= 0 && constant_of_slot[slot] == nullptr) foldable = false;
+        inputs.push_back(slot >= 0 ? constant_of_slot[slot] : nullptr);
+      }
+      std::vector<Tensor> outputs(node.outputs.size());
+      if (foldable) {
+        std::vector<Tensor*> output_pointers;
+        for (size_t i = 0; i < outputs.size(); ++i) {
+          output_pointers.push_back(node.outputs[i] >= 0 ? &outputs[i] : nullptr);
+        }
+        KernelContext context(inputs.data(), static_cast<int>(inputs.size()), output_pointers.data(),
+                              static_cast<int>(output_pointers.size()), *buffers, threads);
+        absl::Status status;
+        try {
+          status = node.kernel->Compute(context);
+        } catch (const std::exception&) {
+          status = absl::InternalError("exception");
+        }
+        foldable = status.ok();
+        for (size_t i = 0; i < outputs.size() && foldable; ++i) {
+          if (node.outputs[i] >= 0 && (!outputs[i].defined() || outputs[i].byte_size() > kMaxFoldedBytes)) {
+            foldable = false;
+          }
+        }
+      }
+      if (!foldable) {
+        kept.push_back(std::move(node));
+        continue;
+      }
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        if (node.outputs[i] < 0) continue;
+        plan_->constants.emplace_back(node.outputs[i], std::move(outputs[i]));
+      }
+      // constants may have reallocated: refresh the pointers.
+      for (const auto& [slot, tensor] : plan_->constants) constant_of_slot[slot] = &tensor;
+    }
+    plan_->nodes = std::move(kept);
   }
 
   // For each slot, find the last node that reads it; graph outputs are never released.

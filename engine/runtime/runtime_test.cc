@@ -1,3 +1,4 @@
+#include <cmath>
 #include <string>
 
 #include "engine/runtime/cpu_executor.h"
@@ -38,6 +39,39 @@ onnx::ModelProto ChainModel() {
   AddNode(graph, "Neg", {"a"}, "b");
   AddNode(graph, "Exp", {"x"}, "a");
   return model;
+}
+
+// y = x + Neg(Exp(w)) with w an initializer.
+onnx::ModelProto ModelWithConstantSubgraph() {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  auto* graph = model.mutable_graph();
+  auto* w = graph->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(2);
+  w->add_float_data(0.0f);
+  w->add_float_data(1.0f);
+  AddFloatValue(graph->add_input(), "x");
+  AddFloatValue(graph->add_output(), "y");
+  AddNode(graph, "Exp", {"w"}, "e");
+  AddNode(graph, "Neg", {"e"}, "n");
+  AddNode(graph, "Add", {"x", "n"}, "y");
+  return model;
+}
+
+TEST(RuntimeTest, FoldsNodesOfConstantsAtCompileTime) {
+  auto plan = Compile(ModelWithConstantSubgraph());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<std::string> remaining;
+  for (const PlannedNode& node : (*plan)->nodes) remaining.push_back(node.op_type);
+  EXPECT_EQ(remaining, (std::vector<std::string>{"Add"}));
+  Session session(*plan, std::make_unique<CpuExecutor>());
+  auto outputs = session.Run({{"x", *Tensor::FromVector<float>({2}, std::vector<float>{10, 20})}});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  EXPECT_FLOAT_EQ((*outputs)[0].second.data<float>()[0], 9.0f);
+  EXPECT_FLOAT_EQ((*outputs)[0].second.data<float>()[1], 20.0f - std::exp(1.0f));
 }
 
 TEST(RuntimeTest, SchedulesOutOfOrderNodesAndHandlesDynamicDims) {
