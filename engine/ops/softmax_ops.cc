@@ -18,6 +18,7 @@
 #include "dnnl.hpp"
 #include "engine/core/status_macros.h"
 #include "engine/ops/axis_split.h"
+#include "engine/ops/softmax_slab.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/runtime/kernel.h"
 
@@ -35,52 +36,10 @@ const char* KindName(SoftmaxKind kind) {
   return "";
 }
 
-// Inner positions handled together in the strided (inner > 1) loops: per-position maxima and sums
-// live on the stack and each pass over the axis is a contiguous, vectorisable loop over the block.
-constexpr int64_t kInnerBlock = 256;
-
-// Softmax / LogSoftmax of one [n, inner] slab, positions [i0, i0 + count) of inner.
-template <typename T>
-void SoftmaxSlab(const T* x, T* y, int64_t n, int64_t inner, int64_t count, bool log) {
-  T max[kInnerBlock];
-  T sum[kInnerBlock];
-  for (int64_t i = 0; i < count; ++i) {
-    max[i] = -std::numeric_limits<T>::infinity();
-    sum[i] = 0;
-  }
-  for (int64_t a = 0; a < n; ++a) {
-    const T* row = x + a * inner;
-    for (int64_t i = 0; i < count; ++i) max[i] = row[i] > max[i] ? row[i] : max[i];
-  }
-  for (int64_t a = 0; a < n; ++a) {
-    const T* row = x + a * inner;
-    T* out = y + a * inner;
-    for (int64_t i = 0; i < count; ++i) {
-      out[i] = std::exp(row[i] - max[i]);
-      sum[i] += out[i];
-    }
-  }
-  if (log) {
-    // log softmax = x - max - log(sum): exact for the largest entries, no log(0) underflow.
-    for (int64_t i = 0; i < count; ++i) max[i] += std::log(sum[i]);
-    for (int64_t a = 0; a < n; ++a) {
-      const T* row = x + a * inner;
-      T* out = y + a * inner;
-      for (int64_t i = 0; i < count; ++i) out[i] = row[i] - max[i];
-    }
-  } else {
-    for (int64_t i = 0; i < count; ++i) sum[i] = T(1) / sum[i];
-    for (int64_t a = 0; a < n; ++a) {
-      T* out = y + a * inner;
-      for (int64_t i = 0; i < count; ++i) out[i] *= sum[i];
-    }
-  }
-}
-
 // Hardmax of one [n, inner] slab: 1 at the first maximum along the axis, 0 elsewhere.
 template <typename T>
 void HardmaxSlab(const T* x, T* y, int64_t n, int64_t inner, int64_t count) {
-  int64_t best[kInnerBlock];
+  int64_t best[kSoftmaxInnerBlock];
   for (int64_t i = 0; i < count; ++i) best[i] = 0;
   for (int64_t a = 1; a < n; ++a) {
     for (int64_t i = 0; i < count; ++i) {
@@ -176,18 +135,18 @@ class SoftmaxKernel final : public Kernel {
       if constexpr (std::is_same_v<T, float>) {
         if (kind_ != SoftmaxKind::kHardmax) return dnnl_.Run(split, in, out);
       }
-      const int64_t blocks_per_slab = (split.inner + kInnerBlock - 1) / kInnerBlock;
+      const int64_t blocks_per_slab = (split.inner + kSoftmaxInnerBlock - 1) / kSoftmaxInnerBlock;
       const int64_t slab = split.axis_dim * split.inner;
       // One task = one block of inner positions of one outer index.
       context.threads().ParallelFor(
           split.outer * blocks_per_slab,
-          RowsPerChunk(split.axis_dim * std::min(split.inner, kInnerBlock),
+          RowsPerChunk(split.axis_dim * std::min(split.inner, kSoftmaxInnerBlock),
                        kParallelElementThreshold / 8),  // exp costs ~10 adds: split earlier.
           [&](int64_t begin, int64_t end) {
             for (int64_t task = begin; task < end; ++task) {
               const int64_t o = task / blocks_per_slab;
-              const int64_t i0 = (task % blocks_per_slab) * kInnerBlock;
-              const int64_t count = std::min(kInnerBlock, split.inner - i0);
+              const int64_t i0 = (task % blocks_per_slab) * kSoftmaxInnerBlock;
+              const int64_t count = std::min(kSoftmaxInnerBlock, split.inner - i0);
               const T* x_slab = in + o * slab + i0;
               T* y_slab = out + o * slab + i0;
               if (kind_ == SoftmaxKind::kHardmax) {
