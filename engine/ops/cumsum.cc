@@ -13,13 +13,15 @@ namespace {
 
 absl::StatusOr<int64_t> ReadAxis(const Tensor& axis) {
   if (axis.num_elements() != 1 || axis.rank() > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CumSum: axis must be a scalar, got ", axis.DebugString()));
+    return absl::InvalidArgumentError(absl::StrCat("CumSum: axis must be a scalar, got ", axis.DebugString()));
   }
   switch (axis.dtype()) {
-    case DataType::kInt32: return *axis.data<int32_t>();
-    case DataType::kInt64: return *axis.data<int64_t>();
-    default: return UnsupportedDtype("CumSum axis", axis.dtype());
+    case DataType::kInt32:
+      return *axis.data<int32_t>();
+    case DataType::kInt64:
+      return *axis.data<int64_t>();
+    default:
+      return UnsupportedDtype("CumSum axis", axis.dtype());
   }
 }
 
@@ -45,28 +47,28 @@ class CumSumKernel final : public Kernel {
           // Step `a` of the scan visits axis position a (or n - 1 - a when reversed). Each step
           // adds a whole row of `inner` elements, a contiguous vectorisable loop.
           const int64_t step = reverse_ ? -inner : inner;
-          context.threads().ParallelFor(
-              split.outer, RowsPerChunk(n * inner, kParallelElementThreshold),
-              [&](int64_t begin, int64_t end) {
-                for (int64_t o = begin; o < end; ++o) {
-                  const int64_t first = o * n * inner + (reverse_ ? (n - 1) * inner : 0);
-                  const T* src = in + first;
-                  T* dst = out + first;
-                  if (exclusive_) {
-                    for (int64_t i = 0; i < inner; ++i) dst[i] = T(0);
-                  } else {
-                    for (int64_t i = 0; i < inner; ++i) dst[i] = src[i];
-                  }
-                  for (int64_t a = 1; a < n; ++a) {
-                    const T* previous_out = dst;
-                    // Exclusive: out[a] = out[a-1] + x[a-1]; inclusive: out[a-1] + x[a].
-                    const T* addend = exclusive_ ? src : src + step;
-                    src += step;
-                    dst += step;
-                    for (int64_t i = 0; i < inner; ++i) dst[i] = WrapAdd(previous_out[i], addend[i]);
-                  }
-                }
-              });
+          context.threads().ParallelFor(split.outer, RowsPerChunk(n * inner, kParallelElementThreshold),
+                                        [&](int64_t begin, int64_t end) {
+                                          for (int64_t o = begin; o < end; ++o) {
+                                            const int64_t first = o * n * inner + (reverse_ ? (n - 1) * inner : 0);
+                                            const T* src = in + first;
+                                            T* dst = out + first;
+                                            if (exclusive_) {
+                                              for (int64_t i = 0; i < inner; ++i) dst[i] = T(0);
+                                            } else {
+                                              for (int64_t i = 0; i < inner; ++i) dst[i] = src[i];
+                                            }
+                                            for (int64_t a = 1; a < n; ++a) {
+                                              const T* previous_out = dst;
+                                              // Exclusive: out[a] = out[a-1] + x[a-1]; inclusive: out[a-1] + x[a].
+                                              const T* addend = exclusive_ ? src : src + step;
+                                              src += step;
+                                              dst += step;
+                                              for (int64_t i = 0; i < inner; ++i)
+                                                dst[i] = WrapAdd(previous_out[i], addend[i]);
+                                            }
+                                          }
+                                        });
           return absl::OkStatus();
         });
   }

@@ -44,8 +44,7 @@ class DropoutKernel final : public Kernel {
       TRAIND_ASSIGN_OR_RETURN(ratio, ReadRatio(context.input(1)));
     }
     if (!(ratio >= 0 && ratio < 1)) {
-      return absl::InvalidArgumentError(absl::StrCat("Dropout: ratio ", ratio,
-                                                     " is outside [0, 1)"));
+      return absl::InvalidArgumentError(absl::StrCat("Dropout: ratio ", ratio, " is outside [0, 1)"));
     }
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "Dropout", [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
@@ -57,8 +56,7 @@ class DropoutKernel final : public Kernel {
             TRAIND_ASSIGN_OR_RETURN(Tensor * mask, context.AllocateOutput(1, x->dtype(), x->shape()));
             std::fill_n(mask->mutable_data<T>(), mask->num_elements(), T(1));
           } else {
-            TRAIND_ASSIGN_OR_RETURN(Tensor * mask,
-                                    context.AllocateOutput(1, DataType::kBool, x->shape()));
+            TRAIND_ASSIGN_OR_RETURN(Tensor * mask, context.AllocateOutput(1, DataType::kBool, x->shape()));
             std::memset(mask->mutable_raw_data(), 1, mask->byte_size());
           }
         }
@@ -94,9 +92,12 @@ class DropoutKernel final : public Kernel {
       return absl::InvalidArgumentError("Dropout: ratio must be a scalar");
     }
     switch (tensor->dtype()) {
-      case DataType::kFloat32: return *tensor->data<float>();
-      case DataType::kFloat64: return *tensor->data<double>();
-      default: return UnsupportedDtype("Dropout ratio", tensor->dtype());
+      case DataType::kFloat32:
+        return *tensor->data<float>();
+      case DataType::kFloat64:
+        return *tensor->data<double>();
+      default:
+        return UnsupportedDtype("Dropout ratio", tensor->dtype());
     }
   }
 

@@ -30,13 +30,11 @@ namespace {
 
 template <typename T>
 constexpr T LowestValue() {
-  return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
-                                              : std::numeric_limits<T>::lowest();
+  return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
 }
 template <typename T>
 constexpr T HighestValue() {
-  return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
-                                              : std::numeric_limits<T>::max();
+  return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max();
 }
 template <typename T>
 bool IsNan(T x) {
@@ -181,8 +179,7 @@ ReductionLayout MakeLayout(const Shape& shape, const std::vector<bool>& reduce, 
     }
   }
   const size_t groups = group_dims.size();
-  const size_t first_reduced =
-      std::find(group_reduced.begin(), group_reduced.end(), true) - group_reduced.begin();
+  const size_t first_reduced = std::find(group_reduced.begin(), group_reduced.end(), true) - group_reduced.begin();
   const size_t reduced_groups = std::count(group_reduced.begin(), group_reduced.end(), true);
   if (reduced_groups <= 1) {
     layout.one_group = true;
@@ -251,8 +248,7 @@ void RunReduction(const ReductionLayout& layout, const T* in, T* out, ThreadPool
     threads.ParallelFor(layout.output_size, RowsPerChunk(count, kParallelElementThreshold),
                         [&](int64_t begin, int64_t end) {
                           for (int64_t o = begin; o < end; ++o) {
-                            const T* base =
-                                in + GatherOffset(o, layout.kept_dims, layout.kept_strides);
+                            const T* base = in + GatherOffset(o, layout.kept_dims, layout.kept_strides);
                             typename R::Acc acc = R::Init();
                             for (int64_t r = 0; r < count; ++r) acc = R::Step(acc, base[offsets[r]]);
                             out[o] = R::Finish(acc, count);
@@ -262,34 +258,32 @@ void RunReduction(const ReductionLayout& layout, const T* in, T* out, ThreadPool
   }
   const int64_t inner = layout.inner;
   if (inner == 1) {
-    threads.ParallelFor(layout.outer, RowsPerChunk(count, kParallelElementThreshold),
-                        [&](int64_t begin, int64_t end) {
-                          for (int64_t o = begin; o < end; ++o) {
-                            out[o] = R::Finish(FoldRow<R>(in + o * count, count), count);
-                          }
-                        });
+    threads.ParallelFor(layout.outer, RowsPerChunk(count, kParallelElementThreshold), [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        out[o] = R::Finish(FoldRow<R>(in + o * count, count), count);
+      }
+    });
     return;
   }
   const int64_t blocks = (inner + kInnerBlock - 1) / kInnerBlock;
-  threads.ParallelFor(
-      layout.outer * blocks, RowsPerChunk(count * std::min(inner, kInnerBlock),
-                                          kParallelElementThreshold),
-      [&](int64_t begin, int64_t end) {
-        typename R::Acc acc[kInnerBlock];
-        for (int64_t task = begin; task < end; ++task) {
-          const int64_t o = task / blocks;
-          const int64_t i0 = (task % blocks) * kInnerBlock;
-          const int64_t width = std::min(kInnerBlock, inner - i0);
-          for (int64_t i = 0; i < width; ++i) acc[i] = R::Init();
-          const T* slab = in + o * count * inner + i0;
-          for (int64_t r = 0; r < count; ++r) {
-            const T* row = slab + r * inner;
-            for (int64_t i = 0; i < width; ++i) acc[i] = R::Step(acc[i], row[i]);
-          }
-          T* dst = out + o * inner + i0;
-          for (int64_t i = 0; i < width; ++i) dst[i] = R::Finish(acc[i], count);
-        }
-      });
+  threads.ParallelFor(layout.outer * blocks,
+                      RowsPerChunk(count * std::min(inner, kInnerBlock), kParallelElementThreshold),
+                      [&](int64_t begin, int64_t end) {
+                        typename R::Acc acc[kInnerBlock];
+                        for (int64_t task = begin; task < end; ++task) {
+                          const int64_t o = task / blocks;
+                          const int64_t i0 = (task % blocks) * kInnerBlock;
+                          const int64_t width = std::min(kInnerBlock, inner - i0);
+                          for (int64_t i = 0; i < width; ++i) acc[i] = R::Init();
+                          const T* slab = in + o * count * inner + i0;
+                          for (int64_t r = 0; r < count; ++r) {
+                            const T* row = slab + r * inner;
+                            for (int64_t i = 0; i < width; ++i) acc[i] = R::Step(acc[i], row[i]);
+                          }
+                          T* dst = out + o * inner + i0;
+                          for (int64_t i = 0; i < width; ++i) dst[i] = R::Finish(acc[i], count);
+                        }
+                      });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -303,8 +297,7 @@ struct ReduceAttributes {
 };
 
 // Normalised, duplicate-free reduce flags for `rank`.
-absl::StatusOr<std::vector<bool>> ReduceFlags(absl::Span<const int64_t> axes, int64_t rank,
-                                              const char* op) {
+absl::StatusOr<std::vector<bool>> ReduceFlags(absl::Span<const int64_t> axes, int64_t rank, const char* op) {
   std::vector<bool> reduce(static_cast<size_t>(rank), axes.empty());
   for (int64_t axis : axes) {
     TRAIND_ASSIGN_OR_RETURN(int64_t normalized, NormalizeAxis(axis, rank));
@@ -319,8 +312,7 @@ absl::StatusOr<std::vector<bool>> ReduceFlags(absl::Span<const int64_t> axes, in
 template <template <typename> class Reducer, typename... Ts>
 class ReduceKernel final : public Kernel {
  public:
-  ReduceKernel(const char* name, ReduceAttributes attributes)
-      : name_(name), attributes_(std::move(attributes)) {}
+  ReduceKernel(const char* name, ReduceAttributes attributes) : name_(name), attributes_(std::move(attributes)) {}
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
@@ -330,11 +322,9 @@ class ReduceKernel final : public Kernel {
       const Tensor& axes_tensor = *context.input(1);
       if (axes_tensor.dtype() != DataType::kInt64 || axes_tensor.rank() > 1) {
         return absl::InvalidArgumentError(
-            absl::StrCat(name_, ": axes must be a 1-D int64 tensor, got ",
-                         axes_tensor.DebugString()));
+            absl::StrCat(name_, ": axes must be a 1-D int64 tensor, got ", axes_tensor.DebugString()));
       }
-      axes = absl::MakeConstSpan(axes_tensor.data<int64_t>(),
-                                 static_cast<size_t>(axes_tensor.num_elements()));
+      axes = absl::MakeConstSpan(axes_tensor.data<int64_t>(), static_cast<size_t>(axes_tensor.num_elements()));
     }
     if (axes.empty() && attributes_.noop_with_empty_axes) {
       return DispatchAmong<Ts...>(x->dtype(), name_, [&](auto) {
@@ -357,8 +347,7 @@ class ReduceKernel final : public Kernel {
   ReduceAttributes attributes_;
 };
 
-absl::StatusOr<ReduceAttributes> ParseReduceAttributes(const KernelInit& init,
-                                                       bool axes_input_since_13) {
+absl::StatusOr<ReduceAttributes> ParseReduceAttributes(const KernelInit& init, bool axes_input_since_13) {
   ReduceAttributes attributes;
   attributes.axes_from_input = axes_input_since_13 && init.opset() >= 13;
   if (attributes.axes_from_input) {
@@ -390,10 +379,8 @@ absl::StatusOr<ReduceAttributes> ParseReduceAttributes(const KernelInit& init,
 template <template <typename> class Reducer, typename... Ts>
 absl::StatusOr<std::unique_ptr<Kernel>> MakeReduceKernel(const KernelInit& init, const char* name,
                                                          bool axes_input_since_13 = false) {
-  TRAIND_ASSIGN_OR_RETURN(ReduceAttributes attributes,
-                          ParseReduceAttributes(init, axes_input_since_13));
-  return std::unique_ptr<Kernel>(
-      new ReduceKernel<Reducer, Ts...>(name, std::move(attributes)));
+  TRAIND_ASSIGN_OR_RETURN(ReduceAttributes attributes, ParseReduceAttributes(init, axes_input_since_13));
+  return std::unique_ptr<Kernel>(new ReduceKernel<Reducer, Ts...>(name, std::move(attributes)));
 }
 
 // ArgMax / ArgMin along one axis; int64 indices. Ties go to the first index, or the last with
@@ -433,19 +420,18 @@ class ArgExtremeKernel final : public Kernel {
       };
       const int64_t n = split.axis_dim;
       const int64_t inner = split.inner;
-      context.threads().ParallelFor(
-          split.outer * inner, RowsPerChunk(n, kParallelElementThreshold),
-          [&](int64_t begin, int64_t end) {
-            for (int64_t task = begin; task < end; ++task) {
-              const int64_t o = task / inner;
-              const T* base = in + o * n * inner + task % inner;
-              int64_t best = 0;
-              for (int64_t a = 1; a < n; ++a) {
-                if (better(base[a * inner], base[best * inner])) best = a;
-              }
-              out[task] = best;
-            }
-          });
+      context.threads().ParallelFor(split.outer * inner, RowsPerChunk(n, kParallelElementThreshold),
+                                    [&](int64_t begin, int64_t end) {
+                                      for (int64_t task = begin; task < end; ++task) {
+                                        const int64_t o = task / inner;
+                                        const T* base = in + o * n * inner + task % inner;
+                                        int64_t best = 0;
+                                        for (int64_t a = 1; a < n; ++a) {
+                                          if (better(base[a * inner], base[best * inner])) best = a;
+                                        }
+                                        out[task] = best;
+                                      }
+                                    });
       return absl::OkStatus();
     });
   }
@@ -464,8 +450,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> MakeArgExtremeKernel(const KernelInit& i
   if ((keepdims != 0 && keepdims != 1) || (select_last != 0 && select_last != 1)) {
     return init.Error("attributes 'keepdims' and 'select_last_index' must be 0 or 1");
   }
-  return std::unique_ptr<Kernel>(
-      new ArgExtremeKernel<kMax>(axis, keepdims == 1, select_last == 1));
+  return std::unique_ptr<Kernel>(new ArgExtremeKernel<kMax>(axis, keepdims == 1, select_last == 1));
 }
 
 }  // namespace

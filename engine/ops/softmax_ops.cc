@@ -29,9 +29,12 @@ enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
 
 const char* KindName(SoftmaxKind kind) {
   switch (kind) {
-    case SoftmaxKind::kSoftmax: return "Softmax";
-    case SoftmaxKind::kLogSoftmax: return "LogSoftmax";
-    case SoftmaxKind::kHardmax: return "Hardmax";
+    case SoftmaxKind::kSoftmax:
+      return "Softmax";
+    case SoftmaxKind::kLogSoftmax:
+      return "LogSoftmax";
+    case SoftmaxKind::kHardmax:
+      return "Hardmax";
   }
   return "";
 }
@@ -61,8 +64,8 @@ class DnnlSoftmaxCache {
   absl::Status Run(const AxisSplit& split, const float* x, float* y) const {
     static dnnl::engine* cpu = new dnnl::engine(dnnl::engine::kind::cpu, 0);
     try {
-      const dnnl::memory::desc md({split.outer, split.axis_dim, split.inner},
-                                  dnnl::memory::data_type::f32, dnnl::memory::format_tag::abc);
+      const dnnl::memory::desc md({split.outer, split.axis_dim, split.inner}, dnnl::memory::data_type::f32,
+                                  dnnl::memory::format_tag::abc);
       const dnnl::primitive primitive = Get(split, md, *cpu);
       dnnl::memory src(md, *cpu, const_cast<float*>(x));  // oneDNN reads SRC only.
       dnnl::memory dst(md, *cpu, y);
@@ -80,8 +83,7 @@ class DnnlSoftmaxCache {
   static constexpr size_t kMaxCachedShapes = 32;
   using Key = std::tuple<int64_t, int64_t, int64_t>;
 
-  dnnl::primitive Get(const AxisSplit& split, const dnnl::memory::desc& md,
-                      const dnnl::engine& cpu) const {
+  dnnl::primitive Get(const AxisSplit& split, const dnnl::memory::desc& md, const dnnl::engine& cpu) const {
     const Key key{split.outer, split.axis_dim, split.inner};
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -90,11 +92,11 @@ class DnnlSoftmaxCache {
     }
     dnnl::primitive primitive;
     if (log_) {
-      primitive = dnnl::logsoftmax_forward(dnnl::logsoftmax_forward::primitive_desc(
-          {dnnl::prop_kind::forward_inference, md, 1}, cpu));
+      primitive = dnnl::logsoftmax_forward(
+          dnnl::logsoftmax_forward::primitive_desc({dnnl::prop_kind::forward_inference, md, 1}, cpu));
     } else {
-      primitive = dnnl::softmax_forward(dnnl::softmax_forward::primitive_desc(
-          {dnnl::prop_kind::forward_inference, md, 1}, cpu));
+      primitive = dnnl::softmax_forward(
+          dnnl::softmax_forward::primitive_desc({dnnl::prop_kind::forward_inference, md, 1}, cpu));
     }
     std::lock_guard<std::mutex> lock(mutex_);
     if (cache_.size() < kMaxCachedShapes) cache_.emplace(key, primitive);
@@ -109,8 +111,7 @@ class DnnlSoftmaxCache {
 class SoftmaxKernel final : public Kernel {
  public:
   SoftmaxKernel(SoftmaxKind kind, int64_t axis, bool coerce_to_2d)
-      : kind_(kind), axis_(axis), coerce_to_2d_(coerce_to_2d),
-        dnnl_(kind == SoftmaxKind::kLogSoftmax) {}
+      : kind_(kind), axis_(axis), coerce_to_2d_(coerce_to_2d), dnnl_(kind == SoftmaxKind::kLogSoftmax) {}
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
@@ -138,25 +139,24 @@ class SoftmaxKernel final : public Kernel {
       const int64_t blocks_per_slab = (split.inner + kSoftmaxInnerBlock - 1) / kSoftmaxInnerBlock;
       const int64_t slab = split.axis_dim * split.inner;
       // One task = one block of inner positions of one outer index.
-      context.threads().ParallelFor(
-          split.outer * blocks_per_slab,
-          RowsPerChunk(split.axis_dim * std::min(split.inner, kSoftmaxInnerBlock),
-                       kParallelElementThreshold / 8),  // exp costs ~10 adds: split earlier.
-          [&](int64_t begin, int64_t end) {
-            for (int64_t task = begin; task < end; ++task) {
-              const int64_t o = task / blocks_per_slab;
-              const int64_t i0 = (task % blocks_per_slab) * kSoftmaxInnerBlock;
-              const int64_t count = std::min(kSoftmaxInnerBlock, split.inner - i0);
-              const T* x_slab = in + o * slab + i0;
-              T* y_slab = out + o * slab + i0;
-              if (kind_ == SoftmaxKind::kHardmax) {
-                HardmaxSlab(x_slab, y_slab, split.axis_dim, split.inner, count);
-              } else {
-                SoftmaxSlab(x_slab, y_slab, split.axis_dim, split.inner, count,
-                            kind_ == SoftmaxKind::kLogSoftmax);
-              }
-            }
-          });
+      context.threads().ParallelFor(split.outer * blocks_per_slab,
+                                    RowsPerChunk(split.axis_dim * std::min(split.inner, kSoftmaxInnerBlock),
+                                                 kParallelElementThreshold / 8),  // exp costs ~10 adds: split earlier.
+                                    [&](int64_t begin, int64_t end) {
+                                      for (int64_t task = begin; task < end; ++task) {
+                                        const int64_t o = task / blocks_per_slab;
+                                        const int64_t i0 = (task % blocks_per_slab) * kSoftmaxInnerBlock;
+                                        const int64_t count = std::min(kSoftmaxInnerBlock, split.inner - i0);
+                                        const T* x_slab = in + o * slab + i0;
+                                        T* y_slab = out + o * slab + i0;
+                                        if (kind_ == SoftmaxKind::kHardmax) {
+                                          HardmaxSlab(x_slab, y_slab, split.axis_dim, split.inner, count);
+                                        } else {
+                                          SoftmaxSlab(x_slab, y_slab, split.axis_dim, split.inner, count,
+                                                      kind_ == SoftmaxKind::kLogSoftmax);
+                                        }
+                                      }
+                                    });
       return absl::OkStatus();
     });
   }
@@ -168,8 +168,7 @@ class SoftmaxKernel final : public Kernel {
   DnnlSoftmaxCache dnnl_;
 };
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmaxFamilyKernel(const KernelInit& init,
-                                                                  SoftmaxKind kind) {
+absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmaxFamilyKernel(const KernelInit& init, SoftmaxKind kind) {
   const bool coerce_to_2d = init.opset() < 13;
   TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", coerce_to_2d ? 1 : -1));
   return std::unique_ptr<Kernel>(new SoftmaxKernel(kind, axis, coerce_to_2d));

@@ -34,20 +34,17 @@ class SumMeanKernel final : public Kernel {
         return absl::OkStatus();
       }
       TRAIND_ASSIGN_OR_RETURN(BroadcastPlan plan, BroadcastPlan::Make(shapes));
-      TRAIND_ASSIGN_OR_RETURN(Tensor * y,
-                              context.AllocateOutput(0, inputs[0]->dtype(), plan.output_shape()));
+      TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, inputs[0]->dtype(), plan.output_shape()));
       T* out = y->mutable_data<T>();
       const T count = static_cast<T>(inputs.size());
-      plan.ForEachRow(context.threads(), [&](int64_t out_offset, const int64_t* offsets,
-                                             int64_t n) {
+      plan.ForEachRow(context.threads(), [&](int64_t out_offset, const int64_t* offsets, int64_t n) {
         T* dst = out + out_offset;
         // dst = in0 + in1, then += in2, ...: BinaryRow handles each input's 0/1 stride.
-        BinaryRow(inputs[0]->data<T>() + offsets[0], plan.inner_stride(0),
-                  inputs[1]->data<T>() + offsets[1], plan.inner_stride(1), dst, n,
-                  [](T a, T b) { return a + b; });
+        BinaryRow(inputs[0]->data<T>() + offsets[0], plan.inner_stride(0), inputs[1]->data<T>() + offsets[1],
+                  plan.inner_stride(1), dst, n, [](T a, T b) { return a + b; });
         for (size_t k = 2; k < inputs.size(); ++k) {
-          BinaryRow(static_cast<const T*>(dst), 1, inputs[k]->data<T>() + offsets[k],
-                    plan.inner_stride(k), dst, n, [](T a, T b) { return a + b; });
+          BinaryRow(static_cast<const T*>(dst), 1, inputs[k]->data<T>() + offsets[k], plan.inner_stride(k), dst, n,
+                    [](T a, T b) { return a + b; });
         }
         if (mean_) {
           for (int64_t i = 0; i < n; ++i) dst[i] /= count;  // Divide, as numpy.mean does.

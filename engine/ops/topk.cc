@@ -47,17 +47,15 @@ class TopKKernel final : public Kernel {
     }
     const AxisSplit split = SplitAtAxis(x->shape(), axis);
     if (k < 0 || k > split.axis_dim) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("TopK: k = ", k, " is outside [0, ", split.axis_dim, "] for ",
-                       x->DebugString(), " along axis ", axis));
+      return absl::InvalidArgumentError(absl::StrCat("TopK: k = ", k, " is outside [0, ", split.axis_dim, "] for ",
+                                                     x->DebugString(), " along axis ", axis));
     }
     Shape out_shape = x->shape();
     out_shape[axis] = k;
     return DispatchAmong<TRAIND_NUMERIC_TYPES>(x->dtype(), "TopK", [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
       TRAIND_ASSIGN_OR_RETURN(Tensor * values, context.AllocateOutput(0, x->dtype(), out_shape));
-      TRAIND_ASSIGN_OR_RETURN(Tensor * indices,
-                              context.AllocateOutput(1, DataType::kInt64, out_shape));
+      TRAIND_ASSIGN_OR_RETURN(Tensor * indices, context.AllocateOutput(1, DataType::kInt64, out_shape));
       if (k == 0 || values->num_elements() == 0) return absl::OkStatus();
       const T* in = x->data<T>();
       T* out_values = values->mutable_data<T>();
@@ -65,37 +63,36 @@ class TopKKernel final : public Kernel {
       const int64_t n = split.axis_dim;
       const int64_t inner = split.inner;
       const bool largest = largest_;
-      context.threads().ParallelFor(
-          split.outer * inner, RowsPerChunk(n, kParallelElementThreshold / 4),
-          [&](int64_t begin, int64_t end) {
-            std::vector<int64_t> order(static_cast<size_t>(n));  // One scratch per chunk.
-            for (int64_t line = begin; line < end; ++line) {
-              const int64_t o = line / inner;
-              const int64_t i = line % inner;
-              const T* base = in + o * n * inner + i;
-              // a before b: better value, or equal and lower index.
-              auto before = [&](int64_t a, int64_t b) {
-                const T va = base[a * inner];
-                const T vb = base[b * inner];
-                const bool nan_a = IsNanValue(va);
-                const bool nan_b = IsNanValue(vb);
-                if (nan_a || nan_b) {
-                  if (nan_a && nan_b) return a < b;
-                  return largest ? nan_a : nan_b;
-                }
-                if (va != vb) return largest ? va > vb : va < vb;
-                return a < b;
-              };
-              std::iota(order.begin(), order.end(), int64_t{0});
-              std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
-              T* dst_values = out_values + o * k * inner + i;
-              int64_t* dst_indices = out_indices + o * k * inner + i;
-              for (int64_t j = 0; j < k; ++j) {
-                dst_values[j * inner] = base[order[j] * inner];
-                dst_indices[j * inner] = order[j];
-              }
-            }
-          });
+      context.threads().ParallelFor(split.outer * inner, RowsPerChunk(n, kParallelElementThreshold / 4),
+                                    [&](int64_t begin, int64_t end) {
+                                      std::vector<int64_t> order(static_cast<size_t>(n));  // One scratch per chunk.
+                                      for (int64_t line = begin; line < end; ++line) {
+                                        const int64_t o = line / inner;
+                                        const int64_t i = line % inner;
+                                        const T* base = in + o * n * inner + i;
+                                        // a before b: better value, or equal and lower index.
+                                        auto before = [&](int64_t a, int64_t b) {
+                                          const T va = base[a * inner];
+                                          const T vb = base[b * inner];
+                                          const bool nan_a = IsNanValue(va);
+                                          const bool nan_b = IsNanValue(vb);
+                                          if (nan_a || nan_b) {
+                                            if (nan_a && nan_b) return a < b;
+                                            return largest ? nan_a : nan_b;
+                                          }
+                                          if (va != vb) return largest ? va > vb : va < vb;
+                                          return a < b;
+                                        };
+                                        std::iota(order.begin(), order.end(), int64_t{0});
+                                        std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+                                        T* dst_values = out_values + o * k * inner + i;
+                                        int64_t* dst_indices = out_indices + o * k * inner + i;
+                                        for (int64_t j = 0; j < k; ++j) {
+                                          dst_values[j * inner] = base[order[j] * inner];
+                                          dst_indices[j * inner] = order[j];
+                                        }
+                                      }
+                                    });
       return absl::OkStatus();
     });
   }
