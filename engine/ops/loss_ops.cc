@@ -1,0 +1,164 @@
+// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (opset 12/13).
+//
+// Input [N, C, d1, ...] is viewed as [N, C, D] with D = d1 * ...; targets are [N, d1, ...]
+// (int32 or int64). For each position p = (n, d) with target t:
+//   loss[p] = -w[t] * input[n, t, d],  w = the weight input (or all ones),
+// except targets equal to ignore_index, which contribute loss 0 and weight 0.
+// reduction "none" returns loss with the target's shape; "sum" the sum; "mean" the weighted mean
+//   sum(loss) / sum(w[t] over non-ignored positions)
+// (the ONNX definition, also PyTorch's); when every position is ignored that is 0/0 = NaN, as in the
+// ONNX reference. A target outside [0, C) that is not ignore_index is an error.
+//
+// SoftmaxCrossEntropyLoss is the same on log_softmax(scores, axis 1), which it can also return as
+// its optional second output.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/ops/axis_split.h"
+#include "engine/ops/softmax_slab.h"
+#include "engine/runtime/dispatch.h"
+#include "engine/runtime/kernel.h"
+
+namespace traind::engine {
+namespace {
+
+enum class Reduction { kNone, kSum, kMean };
+
+class LossKernel final : public Kernel {
+ public:
+  LossKernel(const char* name, bool softmax_first, Reduction reduction, std::optional<int64_t> ignore_index)
+      : name_(name), softmax_first_(softmax_first), reduction_(reduction), ignore_index_(ignore_index) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* input, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* target, context.RequiredInput(1));
+    const Tensor* weight = context.input(2);
+    TRAIND_RETURN_IF_ERROR(CheckShapes(*input, *target, weight));
+    const AxisSplit split = SplitAtAxis(input->shape(), 1);  // [N, C, D].
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(input->dtype(), name_, [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      const T* log_prob = input->data<T>();
+      if (softmax_first_) {
+        // Output 1 is scratch when the node does not name it (AllocateOutput's contract).
+        TRAIND_ASSIGN_OR_RETURN(Tensor * log_prob_out, context.AllocateOutput(1, input->dtype(), input->shape()));
+        LogSoftmaxOverClasses(split, input->data<T>(), log_prob_out->mutable_data<T>(), context.threads());
+        log_prob = log_prob_out->data<T>();
+      }
+      return DispatchAmong<int32_t, int64_t>(target->dtype(), name_, [&](auto target_tag) {
+        using Index = typename decltype(target_tag)::type;
+        return Gather<T>(context, split, log_prob, *target, target->data<Index>(),
+                         weight == nullptr ? nullptr : weight->data<T>());
+      });
+    });
+  }
+
+ private:
+  absl::Status CheckShapes(const Tensor& input, const Tensor& target, const Tensor* weight) const {
+    bool ok = input.rank() >= 2 && target.rank() == input.rank() - 1 && target.dim(0) == input.dim(0);
+    for (int64_t d = 2; ok && d < input.rank(); ++d) ok = target.dim(d - 1) == input.dim(d);
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(name_, ": input ", input.DebugString(), " and target ",
+                                                     target.DebugString(), " are not [N, C, d...] and [N, d...]"));
+    }
+    if (weight != nullptr &&
+        (weight->dtype() != input.dtype() || weight->rank() != 1 || weight->dim(0) != input.dim(1))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name_, ": weight ", weight->DebugString(), " must be [C] of the input's dtype"));
+    }
+    return absl::OkStatus();
+  }
+
+  template <typename T>
+  static void LogSoftmaxOverClasses(const AxisSplit& split, const T* x, T* y, ThreadPool& threads) {
+    const int64_t blocks = (split.inner + kSoftmaxInnerBlock - 1) / kSoftmaxInnerBlock;
+    const int64_t slab = split.axis_dim * split.inner;
+    threads.ParallelFor(
+        split.outer * blocks,
+        RowsPerChunk(split.axis_dim * std::min(split.inner, kSoftmaxInnerBlock), kParallelElementThreshold / 8),
+        [&](int64_t begin, int64_t end) {
+          for (int64_t task = begin; task < end; ++task) {
+            const int64_t o = task / blocks;
+            const int64_t i0 = (task % blocks) * kSoftmaxInnerBlock;
+            SoftmaxSlab(x + o * slab + i0, y + o * slab + i0, split.axis_dim, split.inner,
+                        std::min(kSoftmaxInnerBlock, split.inner - i0),
+                        /*log=*/true);
+          }
+        });
+  }
+
+  // Picks -w[t] * log_prob[n, t, d] per position and reduces. Sequential: one read per position
+  // (N * D), negligible next to the N * C * D log softmax.
+  template <typename T, typename Index>
+  absl::Status Gather(KernelContext& context, const AxisSplit& split, const T* log_prob, const Tensor& target_tensor,
+                      const Index* target, const T* weight) const {
+    const int64_t classes = split.axis_dim;
+    const int64_t positions_per_sample = split.inner;
+    T* per_position = nullptr;
+    if (reduction_ == Reduction::kNone) {
+      TRAIND_ASSIGN_OR_RETURN(Tensor * loss, context.AllocateOutput(0, DataTypeOf<T>::value, target_tensor.shape()));
+      per_position = loss->mutable_data<T>();
+    }
+    double loss_sum = 0;  // Double: a long sum of float losses keeps its precision.
+    double weight_sum = 0;
+    for (int64_t n = 0; n < split.outer; ++n) {
+      for (int64_t d = 0; d < positions_per_sample; ++d) {
+        const int64_t p = n * positions_per_sample + d;
+        const int64_t t = static_cast<int64_t>(target[p]);
+        T loss = 0;
+        if (!(ignore_index_ && t == *ignore_index_)) {
+          if (t < 0 || t >= classes) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(name_, ": target ", t, " at position ", p, " is outside [0, ", classes, ")"));
+          }
+          const T w = weight == nullptr ? T(1) : weight[t];
+          loss = -w * log_prob[(n * classes + t) * positions_per_sample + d];
+          weight_sum += w;
+        }
+        if (per_position != nullptr) per_position[p] = loss;
+        loss_sum += loss;
+      }
+    }
+    if (reduction_ == Reduction::kNone) return absl::OkStatus();
+    TRAIND_ASSIGN_OR_RETURN(Tensor * scalar, context.AllocateOutput(0, DataTypeOf<T>::value, {}));
+    *scalar->mutable_data<T>() = static_cast<T>(reduction_ == Reduction::kSum ? loss_sum : loss_sum / weight_sum);
+    return absl::OkStatus();
+  }
+
+  const char* name_;
+  bool softmax_first_;
+  Reduction reduction_;
+  std::optional<int64_t> ignore_index_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> MakeLossKernel(const KernelInit& init, const char* name, bool softmax_first) {
+  TRAIND_ASSIGN_OR_RETURN(std::string reduction_name, init.GetString("reduction", "mean"));
+  Reduction reduction;
+  if (reduction_name == "none") {
+    reduction = Reduction::kNone;
+  } else if (reduction_name == "sum") {
+    reduction = Reduction::kSum;
+  } else if (reduction_name == "mean") {
+    reduction = Reduction::kMean;
+  } else {
+    return init.Error(
+        absl::StrCat("attribute 'reduction' is '", reduction_name, "', expected 'none', 'sum' or 'mean'"));
+  }
+  std::optional<int64_t> ignore_index;
+  if (init.HasAttribute("ignore_index")) {
+    TRAIND_ASSIGN_OR_RETURN(ignore_index, init.GetInt("ignore_index", std::nullopt));
+  }
+  return std::unique_ptr<Kernel>(new LossKernel(name, softmax_first, reduction, ignore_index));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateNegativeLogLikelihoodLossKernel(const KernelInit& init) {
+  return MakeLossKernel(init, "NegativeLogLikelihoodLoss", /*softmax_first=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmaxCrossEntropyLossKernel(const KernelInit& init) {
+  return MakeLossKernel(init, "SoftmaxCrossEntropyLoss", /*softmax_first=*/true);
+}
+
+}  // namespace traind::engine

@@ -1,0 +1,497 @@
+// Reductions over a set of axes (ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL1
+// ReduceL2 ReduceLogSum ReduceLogSumExp ReduceSumSquare) and over one axis (ArgMax ArgMin).
+//
+// Axes come from the `axes` attribute, except ReduceSum from opset 13 on, which reads them from
+// optional input 1. No axes means "all axes", unless noop_with_empty_axes (ReduceSum 13+) makes
+// the op an identity.
+//
+// Each reduction is a small "reducer" (Init / Step / Merge / Finish) run over the input collapsed
+// to [outer, reduced, inner] (reduced dims that are adjacent once size-1 dims are dropped):
+//   inner == 1: each output folds one contiguous row (4 independent accumulators for ILP);
+//   inner  > 1: accumulators for a block of inner positions, advanced row by row (vectorisable);
+// and, when the reduced axes are not adjacent (e.g. axes 0 and 2 of [3,4,5]), a gather over
+// precomputed reduced offsets.
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/ops/axis_split.h"
+#include "engine/ops/elementwise.h"
+#include "engine/runtime/dispatch.h"
+#include "engine/runtime/kernel.h"
+
+namespace traind::engine {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Reducers. Acc is the running state; Finish turns it into the output given the element count.
+
+template <typename T>
+constexpr T LowestValue() {
+  return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
+}
+template <typename T>
+constexpr T HighestValue() {
+  return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max();
+}
+template <typename T>
+bool IsNan(T x) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::isnan(x);
+  } else {
+    return false;
+  }
+}
+
+template <typename T>
+struct SumReducer {
+  using Acc = T;
+  static Acc Init() { return T(0); }
+  static Acc Step(Acc acc, T x) { return WrapAdd(acc, x); }
+  static Acc Merge(Acc a, Acc b) { return WrapAdd(a, b); }
+  static T Finish(Acc acc, int64_t) { return acc; }
+};
+
+template <typename T>
+struct MeanReducer : SumReducer<T> {
+  static T Finish(T acc, int64_t count) {
+    if constexpr (std::is_integral_v<T>) {
+      if (count == 0) return T(0);  // Integer 0/0 would trap; floats give NaN like numpy.
+    }
+    return static_cast<T>(acc / static_cast<T>(count));
+  }
+};
+
+template <typename T>
+struct SumSquareReducer : SumReducer<T> {
+  static T Step(T acc, T x) { return WrapAdd(acc, WrapMul(x, x)); }
+};
+
+template <typename T>
+struct L1Reducer : SumReducer<T> {
+  static T Step(T acc, T x) {
+    if constexpr (std::is_unsigned_v<T>) {
+      return WrapAdd(acc, x);
+    } else {
+      return WrapAdd(acc, x < T(0) ? WrapNeg(x) : x);
+    }
+  }
+};
+
+template <typename T>
+struct L2Reducer : SumSquareReducer<T> {
+  static T Finish(T acc, int64_t) { return std::sqrt(acc); }
+};
+
+template <typename T>
+struct LogSumReducer : SumReducer<T> {
+  static T Finish(T acc, int64_t) { return std::log(acc); }
+};
+
+template <typename T>
+struct ProdReducer {
+  using Acc = T;
+  static Acc Init() { return T(1); }
+  static Acc Step(Acc acc, T x) { return WrapMul(acc, x); }
+  static Acc Merge(Acc a, Acc b) { return WrapMul(a, b); }
+  static T Finish(Acc acc, int64_t) { return acc; }
+};
+
+// Max/Min propagate NaN (numpy.max does). An empty reduction yields -inf / +inf (the identity).
+template <typename T>
+struct MaxReducer {
+  using Acc = T;
+  static Acc Init() { return LowestValue<T>(); }
+  static Acc Step(Acc acc, T x) { return (x > acc || IsNan(x)) ? x : acc; }
+  static Acc Merge(Acc a, Acc b) { return Step(a, b); }
+  static T Finish(Acc acc, int64_t) { return acc; }
+};
+
+template <typename T>
+struct MinReducer {
+  using Acc = T;
+  static Acc Init() { return HighestValue<T>(); }
+  static Acc Step(Acc acc, T x) { return (x < acc || IsNan(x)) ? x : acc; }
+  static Acc Merge(Acc a, Acc b) { return Step(a, b); }
+  static T Finish(Acc acc, int64_t) { return acc; }
+};
+
+// log(sum(exp(x))) in one pass with a running maximum ("online logsumexp"): the state is
+// (max, sum of exp(x - max)); when a larger x arrives the sum is rescaled. Never overflows.
+template <typename T>
+struct LogSumExpReducer {
+  struct Acc {
+    T max;
+    T sum;
+  };
+  static Acc Init() { return {-std::numeric_limits<T>::infinity(), T(0)}; }
+  static Acc Step(Acc acc, T x) { return Merge(acc, Acc{x, T(1)}); }
+  static Acc Merge(Acc a, Acc b) {
+    if (b.max > a.max) std::swap(a, b);
+    // Now a.max >= b.max (or a NaN is involved, which then propagates through the sum).
+    if (b.max == -std::numeric_limits<T>::infinity()) return a;  // b contributes exp(-inf) = 0.
+    if (a.max == std::numeric_limits<T>::infinity()) return a;   // Result is +inf anyway.
+    return Acc{a.max, a.sum + b.sum * std::exp(b.max - a.max)};
+  }
+  static T Finish(Acc acc, int64_t) { return acc.max + std::log(acc.sum); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Layout.
+
+// The input viewed for one reduction. When `one_group`, the input is [outer, reduced, inner];
+// otherwise the collapsed kept and reduced dims (outermost first) with their input strides are
+// used to gather.
+struct ReductionLayout {
+  Shape output_shape;
+  int64_t output_size = 1;
+  int64_t reduced_size = 1;
+  bool one_group = true;
+  int64_t outer = 1;
+  int64_t inner = 1;
+  Shape kept_dims, kept_strides, reduced_dims, reduced_strides;
+};
+
+// `reduce[d]` says whether dim d is reduced.
+ReductionLayout MakeLayout(const Shape& shape, const std::vector<bool>& reduce, bool keepdims) {
+  ReductionLayout layout;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (reduce[d]) {
+      layout.reduced_size *= shape[d];
+      if (keepdims) layout.output_shape.push_back(1);
+    } else {
+      layout.output_size *= shape[d];
+      layout.output_shape.push_back(shape[d]);
+    }
+  }
+  // Merge runs of dims with the same flag, ignoring size-1 dims (they change no offsets).
+  std::vector<bool> group_reduced;
+  Shape group_dims;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!group_dims.empty() && group_reduced.back() == reduce[d]) {
+      group_dims.back() *= shape[d];
+    } else {
+      group_dims.push_back(shape[d]);
+      group_reduced.push_back(reduce[d]);
+    }
+  }
+  const size_t groups = group_dims.size();
+  const size_t first_reduced = std::find(group_reduced.begin(), group_reduced.end(), true) - group_reduced.begin();
+  const size_t reduced_groups = std::count(group_reduced.begin(), group_reduced.end(), true);
+  if (reduced_groups <= 1) {
+    layout.one_group = true;
+    if (reduced_groups == 0) {
+      layout.outer = 1;
+      layout.inner = layout.output_size;
+    } else {
+      layout.outer = DimProduct(group_dims, 0, first_reduced);
+      layout.inner = DimProduct(group_dims, first_reduced + 1, groups);
+    }
+    return layout;
+  }
+  layout.one_group = false;
+  int64_t stride = 1;
+  for (size_t g = groups; g-- > 0;) {
+    Shape& dims = group_reduced[g] ? layout.reduced_dims : layout.kept_dims;
+    Shape& strides = group_reduced[g] ? layout.reduced_strides : layout.kept_strides;
+    dims.insert(dims.begin(), group_dims[g]);
+    strides.insert(strides.begin(), stride);
+    stride *= group_dims[g];
+  }
+  return layout;
+}
+
+// Offset in the input of the element at mixed-radix position `index` over (dims, strides).
+int64_t GatherOffset(int64_t index, const Shape& dims, const Shape& strides) {
+  int64_t offset = 0;
+  for (size_t d = dims.size(); d-- > 0;) {
+    offset += (index % dims[d]) * strides[d];
+    index /= dims[d];
+  }
+  return offset;
+}
+
+// Positions of the inner dim handled together by the strided loops (stack-sized accumulators).
+constexpr int64_t kInnerBlock = 512;
+
+template <typename R, typename T>
+typename R::Acc FoldRow(const T* x, int64_t n) {
+  typename R::Acc a0 = R::Init(), a1 = R::Init(), a2 = R::Init(), a3 = R::Init();
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a0 = R::Step(a0, x[i]);
+    a1 = R::Step(a1, x[i + 1]);
+    a2 = R::Step(a2, x[i + 2]);
+    a3 = R::Step(a3, x[i + 3]);
+  }
+  for (; i < n; ++i) a0 = R::Step(a0, x[i]);
+  return R::Merge(R::Merge(a0, a1), R::Merge(a2, a3));
+}
+
+template <typename R, typename T>
+void RunReduction(const ReductionLayout& layout, const T* in, T* out, ThreadPool& threads) {
+  const int64_t count = layout.reduced_size;
+  if (layout.output_size == 0) return;
+  if (count == 0) {  // Reducing an empty set: every output is the reducer's identity.
+    for (int64_t o = 0; o < layout.output_size; ++o) out[o] = R::Finish(R::Init(), 0);
+    return;
+  }
+  if (!layout.one_group) {
+    // Gather path: reduced offsets once, then one fold per output.
+    std::vector<int64_t> offsets(static_cast<size_t>(count));
+    for (int64_t r = 0; r < count; ++r) {
+      offsets[r] = GatherOffset(r, layout.reduced_dims, layout.reduced_strides);
+    }
+    threads.ParallelFor(layout.output_size, RowsPerChunk(count, kParallelElementThreshold),
+                        [&](int64_t begin, int64_t end) {
+                          for (int64_t o = begin; o < end; ++o) {
+                            const T* base = in + GatherOffset(o, layout.kept_dims, layout.kept_strides);
+                            typename R::Acc acc = R::Init();
+                            for (int64_t r = 0; r < count; ++r) acc = R::Step(acc, base[offsets[r]]);
+                            out[o] = R::Finish(acc, count);
+                          }
+                        });
+    return;
+  }
+  const int64_t inner = layout.inner;
+  if (inner == 1) {
+    threads.ParallelFor(layout.outer, RowsPerChunk(count, kParallelElementThreshold), [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        out[o] = R::Finish(FoldRow<R>(in + o * count, count), count);
+      }
+    });
+    return;
+  }
+  const int64_t blocks = (inner + kInnerBlock - 1) / kInnerBlock;
+  threads.ParallelFor(layout.outer * blocks,
+                      RowsPerChunk(count * std::min(inner, kInnerBlock), kParallelElementThreshold),
+                      [&](int64_t begin, int64_t end) {
+                        typename R::Acc acc[kInnerBlock];
+                        for (int64_t task = begin; task < end; ++task) {
+                          const int64_t o = task / blocks;
+                          const int64_t i0 = (task % blocks) * kInnerBlock;
+                          const int64_t width = std::min(kInnerBlock, inner - i0);
+                          for (int64_t i = 0; i < width; ++i) acc[i] = R::Init();
+                          const T* slab = in + o * count * inner + i0;
+                          for (int64_t r = 0; r < count; ++r) {
+                            const T* row = slab + r * inner;
+                            for (int64_t i = 0; i < width; ++i) acc[i] = R::Step(acc[i], row[i]);
+                          }
+                          T* dst = out + o * inner + i0;
+                          for (int64_t i = 0; i < width; ++i) dst[i] = R::Finish(acc[i], count);
+                        }
+                      });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels.
+
+struct ReduceAttributes {
+  std::vector<int64_t> axes;  // From the attribute; unused when axes_from_input.
+  bool axes_from_input = false;
+  bool keepdims = true;
+  bool noop_with_empty_axes = false;
+};
+
+// Normalised, duplicate-free reduce flags for `rank`.
+absl::StatusOr<std::vector<bool>> ReduceFlags(absl::Span<const int64_t> axes, int64_t rank, const char* op) {
+  std::vector<bool> reduce(static_cast<size_t>(rank), axes.empty());
+  for (int64_t axis : axes) {
+    TRAIND_ASSIGN_OR_RETURN(int64_t normalized, NormalizeAxis(axis, rank));
+    if (reduce[normalized]) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": axis ", axis, " is repeated"));
+    }
+    reduce[normalized] = true;
+  }
+  return reduce;
+}
+
+template <template <typename> class Reducer, typename... Ts>
+class ReduceKernel final : public Kernel {
+ public:
+  ReduceKernel(const char* name, ReduceAttributes attributes) : name_(name), attributes_(std::move(attributes)) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
+    std::vector<int64_t> axes_from_input;
+    absl::Span<const int64_t> axes = attributes_.axes;
+    if (attributes_.axes_from_input && context.input(1) != nullptr) {
+      const Tensor& axes_tensor = *context.input(1);
+      if (axes_tensor.dtype() != DataType::kInt64 || axes_tensor.rank() > 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name_, ": axes must be a 1-D int64 tensor, got ", axes_tensor.DebugString()));
+      }
+      axes = absl::MakeConstSpan(axes_tensor.data<int64_t>(), static_cast<size_t>(axes_tensor.num_elements()));
+    }
+    if (axes.empty() && attributes_.noop_with_empty_axes) {
+      return DispatchAmong<Ts...>(x->dtype(), name_, [&](auto) {
+        context.SetOutput(0, *x);  // Identity; outputs may alias inputs (never written).
+        return absl::OkStatus();
+      });
+    }
+    TRAIND_ASSIGN_OR_RETURN(std::vector<bool> reduce, ReduceFlags(axes, x->rank(), name_));
+    const ReductionLayout layout = MakeLayout(x->shape(), reduce, attributes_.keepdims);
+    return DispatchAmong<Ts...>(x->dtype(), name_, [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), layout.output_shape));
+      RunReduction<Reducer<T>>(layout, x->data<T>(), y->mutable_data<T>(), context.threads());
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  const char* name_;
+  ReduceAttributes attributes_;
+};
+
+absl::StatusOr<ReduceAttributes> ParseReduceAttributes(const KernelInit& init, bool axes_input_since_13) {
+  ReduceAttributes attributes;
+  attributes.axes_from_input = axes_input_since_13 && init.opset() >= 13;
+  if (attributes.axes_from_input) {
+    if (init.HasAttribute("axes")) {
+      return init.Error("axes is an input from opset 13 on, not an attribute");
+    }
+  } else {
+    TRAIND_ASSIGN_OR_RETURN(attributes.axes, init.GetInts("axes"));
+    for (size_t i = 0; i < attributes.axes.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (attributes.axes[i] == attributes.axes[j]) {
+          return init.Error(absl::StrCat("attribute 'axes' repeats ", attributes.axes[i]));
+        }
+      }
+    }
+  }
+  TRAIND_ASSIGN_OR_RETURN(int64_t keepdims, init.GetInt("keepdims", 1));
+  TRAIND_ASSIGN_OR_RETURN(int64_t noop, init.GetInt("noop_with_empty_axes", 0));
+  if ((keepdims != 0 && keepdims != 1) || (noop != 0 && noop != 1)) {
+    return init.Error("attributes 'keepdims' and 'noop_with_empty_axes' must be 0 or 1");
+  }
+  attributes.keepdims = keepdims == 1;
+  attributes.noop_with_empty_axes = noop == 1;
+  return attributes;
+}
+
+#define TRAIND_REDUCE_ARITHMETIC_TYPES float, double, int32_t, int64_t, uint32_t, uint64_t
+
+template <template <typename> class Reducer, typename... Ts>
+absl::StatusOr<std::unique_ptr<Kernel>> MakeReduceKernel(const KernelInit& init, const char* name,
+                                                         bool axes_input_since_13 = false) {
+  TRAIND_ASSIGN_OR_RETURN(ReduceAttributes attributes, ParseReduceAttributes(init, axes_input_since_13));
+  return std::unique_ptr<Kernel>(new ReduceKernel<Reducer, Ts...>(name, std::move(attributes)));
+}
+
+// ArgMax / ArgMin along one axis; int64 indices. Ties go to the first index, or the last with
+// select_last_index. NaN counts as the extreme (numpy.argmax returns the first NaN).
+template <bool kMax>
+class ArgExtremeKernel final : public Kernel {
+ public:
+  ArgExtremeKernel(int64_t axis, bool keepdims, bool select_last)
+      : axis_(axis), keepdims_(keepdims), select_last_(select_last) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    const char* name = kMax ? "ArgMax" : "ArgMin";
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(axis_, x->rank()));
+    const AxisSplit split = SplitAtAxis(x->shape(), axis);
+    if (split.axis_dim == 0 && split.outer * split.inner > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": the reduced axis is empty"));
+    }
+    Shape out_shape = x->shape();
+    if (keepdims_) {
+      out_shape[axis] = 1;
+    } else {
+      out_shape.erase(out_shape.begin() + axis);
+    }
+    return DispatchAmong<TRAIND_NUMERIC_TYPES>(x->dtype(), name, [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, DataType::kInt64, out_shape));
+      const T* in = x->data<T>();
+      int64_t* out = y->mutable_data<int64_t>();
+      const bool last = select_last_;
+      // Whether candidate `v` replaces the current best `b`.
+      auto better = [last](T v, T b) {
+        if (IsNan(b)) return false;
+        if (IsNan(v)) return true;
+        if (v == b) return last;
+        return kMax ? v > b : v < b;
+      };
+      const int64_t n = split.axis_dim;
+      const int64_t inner = split.inner;
+      context.threads().ParallelFor(split.outer * inner, RowsPerChunk(n, kParallelElementThreshold),
+                                    [&](int64_t begin, int64_t end) {
+                                      for (int64_t task = begin; task < end; ++task) {
+                                        const int64_t o = task / inner;
+                                        const T* base = in + o * n * inner + task % inner;
+                                        int64_t best = 0;
+                                        for (int64_t a = 1; a < n; ++a) {
+                                          if (better(base[a * inner], base[best * inner])) best = a;
+                                        }
+                                        out[task] = best;
+                                      }
+                                    });
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  int64_t axis_;
+  bool keepdims_;
+  bool select_last_;
+};
+
+template <bool kMax>
+absl::StatusOr<std::unique_ptr<Kernel>> MakeArgExtremeKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", 0));
+  TRAIND_ASSIGN_OR_RETURN(int64_t keepdims, init.GetInt("keepdims", 1));
+  TRAIND_ASSIGN_OR_RETURN(int64_t select_last, init.GetInt("select_last_index", 0));
+  if ((keepdims != 0 && keepdims != 1) || (select_last != 0 && select_last != 1)) {
+    return init.Error("attributes 'keepdims' and 'select_last_index' must be 0 or 1");
+  }
+  return std::unique_ptr<Kernel>(new ArgExtremeKernel<kMax>(axis, keepdims == 1, select_last == 1));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReduceSumKernel(const KernelInit& init) {
+  return MakeReduceKernel<SumReducer, TRAIND_REDUCE_ARITHMETIC_TYPES>(init, "ReduceSum", /*axes_input_since_13=*/true);
+}
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReduceMeanKernel(const KernelInit& init) {
+  return MakeReduceKernel<MeanReducer, TRAIND_REDUCE_ARITHMETIC_TYPES>(init, "ReduceMean");
+}
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReduceProdKernel(const KernelInit& init) {
+  return MakeReduceKernel<ProdReducer, TRAIND_REDUCE_ARITHMETIC_TYPES>(init, "ReduceProd");
+}
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReduceSumSquareKernel(const KernelInit& init) {
+  return MakeReduceKernel<SumSquareReducer, TRAIND_REDUCE_ARITHMETIC_TYPES>(init, "ReduceSumSquare");
+}
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReduceL1Kernel(const KernelInit& init) {
+  return MakeReduceKernel<L1Reducer, TRAIND_REDUCE_ARITHMETIC_TYPES>(init, "ReduceL1");
+}
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReduceMaxKernel(const KernelInit& init) {
+  return MakeReduceKernel<MaxReducer, TRAIND_REDUCE_ARITHMETIC_TYPES, int8_t, uint8_t>(init, "ReduceMax");
+}
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReduceMinKernel(const KernelInit& init) {
+  return MakeReduceKernel<MinReducer, TRAIND_REDUCE_ARITHMETIC_TYPES, int8_t, uint8_t>(init, "ReduceMin");
+}
+// Square roots and logarithms of integers are not meaningful reductions: float types only.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReduceL2Kernel(const KernelInit& init) {
+  return MakeReduceKernel<L2Reducer, TRAIND_FLOAT_TYPES>(init, "ReduceL2");
+}
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReduceLogSumKernel(const KernelInit& init) {
+  return MakeReduceKernel<LogSumReducer, TRAIND_FLOAT_TYPES>(init, "ReduceLogSum");
+}
+absl::StatusOr<std::unique_ptr<Kernel>> CreateReduceLogSumExpKernel(const KernelInit& init) {
+  return MakeReduceKernel<LogSumExpReducer, TRAIND_FLOAT_TYPES>(init, "ReduceLogSumExp");
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateArgMaxKernel(const KernelInit& init) {
+  return MakeArgExtremeKernel<true>(init);
+}
+absl::StatusOr<std::unique_ptr<Kernel>> CreateArgMinKernel(const KernelInit& init) {
+  return MakeArgExtremeKernel<false>(init);
+}
+
+}  // namespace traind::engine

@@ -1,0 +1,191 @@
+// Softmax, LogSoftmax and Hardmax.
+//
+// Opsets 1-12 coerce the input to 2-D at `axis` (default 1): rows are dims [0, axis), the
+// normalised row is the product of dims [axis, rank). Opset 13+ normalises along the single
+// dimension `axis` (default -1). Both views reduce to [outer, n, inner] (axis_split.h); opset <13
+// always has inner == 1.
+//
+// float Softmax/LogSoftmax run on oneDNN's softmax primitives (vectorised exp), cached per
+// [outer, n, inner]; double and Hardmax use the loops below. All are numerically stable: the row
+// maximum is subtracted before exp.
+#include <cmath>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "dnnl.hpp"
+#include "engine/core/status_macros.h"
+#include "engine/ops/axis_split.h"
+#include "engine/ops/softmax_slab.h"
+#include "engine/runtime/dispatch.h"
+#include "engine/runtime/kernel.h"
+
+namespace traind::engine {
+namespace {
+
+enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
+
+const char* KindName(SoftmaxKind kind) {
+  switch (kind) {
+    case SoftmaxKind::kSoftmax:
+      return "Softmax";
+    case SoftmaxKind::kLogSoftmax:
+      return "LogSoftmax";
+    case SoftmaxKind::kHardmax:
+      return "Hardmax";
+  }
+  return "";
+}
+
+// Hardmax of one [n, inner] slab: 1 at the first maximum along the axis, 0 elsewhere.
+template <typename T>
+void HardmaxSlab(const T* x, T* y, int64_t n, int64_t inner, int64_t count) {
+  int64_t best[kSoftmaxInnerBlock];
+  for (int64_t i = 0; i < count; ++i) best[i] = 0;
+  for (int64_t a = 1; a < n; ++a) {
+    for (int64_t i = 0; i < count; ++i) {
+      if (x[a * inner + i] > x[best[i] * inner + i]) best[i] = a;
+    }
+  }
+  for (int64_t a = 0; a < n; ++a) {
+    for (int64_t i = 0; i < count; ++i) y[a * inner + i] = best[i] == a ? T(1) : T(0);
+  }
+}
+
+// oneDNN softmax / logsoftmax primitives keyed by [outer, n, inner]. Compute is const and may run
+// concurrently, so the cache is guarded; executing one primitive from several threads at once is
+// allowed by oneDNN (primitives hold no per-execution state).
+class DnnlSoftmaxCache {
+ public:
+  explicit DnnlSoftmaxCache(bool log) : log_(log) {}
+
+  absl::Status Run(const AxisSplit& split, const float* x, float* y) const {
+    static dnnl::engine* cpu = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+    try {
+      const dnnl::memory::desc md({split.outer, split.axis_dim, split.inner}, dnnl::memory::data_type::f32,
+                                  dnnl::memory::format_tag::abc);
+      const dnnl::primitive primitive = Get(split, md, *cpu);
+      dnnl::memory src(md, *cpu, const_cast<float*>(x));  // oneDNN reads SRC only.
+      dnnl::memory dst(md, *cpu, y);
+      dnnl::stream stream(*cpu);
+      primitive.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+      stream.wait();
+    } catch (const dnnl::error& e) {
+      return absl::InternalError(absl::StrCat("oneDNN softmax failed: ", e.what()));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // Bounded so that a model fed ever-changing shapes cannot grow it without limit.
+  static constexpr size_t kMaxCachedShapes = 32;
+  using Key = std::tuple<int64_t, int64_t, int64_t>;
+
+  dnnl::primitive Get(const AxisSplit& split, const dnnl::memory::desc& md, const dnnl::engine& cpu) const {
+    const Key key{split.outer, split.axis_dim, split.inner};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = cache_.find(key);
+      if (it != cache_.end()) return it->second;
+    }
+    dnnl::primitive primitive;
+    if (log_) {
+      primitive = dnnl::logsoftmax_forward(
+          dnnl::logsoftmax_forward::primitive_desc({dnnl::prop_kind::forward_inference, md, 1}, cpu));
+    } else {
+      primitive = dnnl::softmax_forward(
+          dnnl::softmax_forward::primitive_desc({dnnl::prop_kind::forward_inference, md, 1}, cpu));
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cache_.size() < kMaxCachedShapes) cache_.emplace(key, primitive);
+    return primitive;
+  }
+
+  bool log_;
+  mutable std::mutex mutex_;
+  mutable std::map<Key, dnnl::primitive> cache_;
+};
+
+class SoftmaxKernel final : public Kernel {
+ public:
+  SoftmaxKernel(SoftmaxKind kind, int64_t axis, bool coerce_to_2d)
+      : kind_(kind), axis_(axis), coerce_to_2d_(coerce_to_2d), dnnl_(kind == SoftmaxKind::kLogSoftmax) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
+    const char* name = KindName(kind_);
+    // A scalar has one element to normalise (the 2-D coercion of opset < 13 makes it [1, 1]).
+    AxisSplit split;
+    if (x->rank() > 0 || !coerce_to_2d_) {
+      TRAIND_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(axis_, x->rank()));
+      if (coerce_to_2d_) {
+        split.outer = DimProduct(x->shape(), 0, static_cast<size_t>(axis));
+        split.axis_dim = DimProduct(x->shape(), static_cast<size_t>(axis), x->shape().size());
+      } else {
+        split = SplitAtAxis(x->shape(), axis);
+      }
+    }
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), name, [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), x->shape()));
+      if (y->num_elements() == 0) return absl::OkStatus();
+      const T* in = x->data<T>();
+      T* out = y->mutable_data<T>();
+      if constexpr (std::is_same_v<T, float>) {
+        if (kind_ != SoftmaxKind::kHardmax) return dnnl_.Run(split, in, out);
+      }
+      const int64_t blocks_per_slab = (split.inner + kSoftmaxInnerBlock - 1) / kSoftmaxInnerBlock;
+      const int64_t slab = split.axis_dim * split.inner;
+      // One task = one block of inner positions of one outer index.
+      context.threads().ParallelFor(split.outer * blocks_per_slab,
+                                    RowsPerChunk(split.axis_dim * std::min(split.inner, kSoftmaxInnerBlock),
+                                                 kParallelElementThreshold / 8),  // exp costs ~10 adds: split earlier.
+                                    [&](int64_t begin, int64_t end) {
+                                      for (int64_t task = begin; task < end; ++task) {
+                                        const int64_t o = task / blocks_per_slab;
+                                        const int64_t i0 = (task % blocks_per_slab) * kSoftmaxInnerBlock;
+                                        const int64_t count = std::min(kSoftmaxInnerBlock, split.inner - i0);
+                                        const T* x_slab = in + o * slab + i0;
+                                        T* y_slab = out + o * slab + i0;
+                                        if (kind_ == SoftmaxKind::kHardmax) {
+                                          HardmaxSlab(x_slab, y_slab, split.axis_dim, split.inner, count);
+                                        } else {
+                                          SoftmaxSlab(x_slab, y_slab, split.axis_dim, split.inner, count,
+                                                      kind_ == SoftmaxKind::kLogSoftmax);
+                                        }
+                                      }
+                                    });
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  SoftmaxKind kind_;
+  int64_t axis_;
+  bool coerce_to_2d_;
+  DnnlSoftmaxCache dnnl_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmaxFamilyKernel(const KernelInit& init, SoftmaxKind kind) {
+  const bool coerce_to_2d = init.opset() < 13;
+  TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", coerce_to_2d ? 1 : -1));
+  return std::unique_ptr<Kernel>(new SoftmaxKernel(kind, axis, coerce_to_2d));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmaxKernel(const KernelInit& init) {
+  return CreateSoftmaxFamilyKernel(init, SoftmaxKind::kSoftmax);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateLogSoftmaxKernel(const KernelInit& init) {
+  return CreateSoftmaxFamilyKernel(init, SoftmaxKind::kLogSoftmax);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateHardmaxKernel(const KernelInit& init) {
+  return CreateSoftmaxFamilyKernel(init, SoftmaxKind::kHardmax);
+}
+
+}  // namespace traind::engine

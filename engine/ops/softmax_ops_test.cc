@@ -1,0 +1,144 @@
+// Expected values from numpy (float64): softmax = exp(x - max) / sum, log softmax = x - max - log(sum).
+#include <cmath>
+
+#include "engine/testing/op_tester.h"
+#include "gtest/gtest.h"
+
+namespace traind::engine {
+namespace {
+
+using testing::OpTester;
+
+const std::vector<double> kRowsX = {1, 2, 3, 1000, 1000, 1000};
+const std::vector<double> kRowsSoftmax = {
+    0.09003057317038043, 0.24472847105479767, 0.6652409557748218, 1.0 / 3, 1.0 / 3, 1.0 / 3};
+const std::vector<double> kRowsLogSoftmax = {-2.4076059644443806, -1.4076059644443804, -0.40760596444438035,
+                                             -1.0986122886681096, -1.0986122886681096, -1.0986122886681096};
+
+std::vector<float> ToFloat(const std::vector<double>& values) {
+  return std::vector<float>(values.begin(), values.end());
+}
+
+TEST(SoftmaxTest, LastAxisIsStableForLargeInputsFloatAndDouble) {
+  OpTester("Softmax", 13)
+      .AddInput<float>("x", {2, 3}, ToFloat(kRowsX))
+      .AddOutput<float>("y", {2, 3}, ToFloat(kRowsSoftmax))
+      .Run();
+  OpTester("Softmax", 13).AddInput<double>("x", {2, 3}, kRowsX).AddOutput<double>("y", {2, 3}, kRowsSoftmax).Run();
+  OpTester("LogSoftmax", 13)
+      .AddInput<float>("x", {2, 3}, ToFloat(kRowsX))
+      .AddOutput<float>("y", {2, 3}, ToFloat(kRowsLogSoftmax))
+      .Run();
+  OpTester("LogSoftmax", 13)
+      .AddInput<double>("x", {2, 3}, kRowsX)
+      .AddOutput<double>("y", {2, 3}, kRowsLogSoftmax)
+      .Run();
+}
+
+TEST(SoftmaxTest, Opset13NormalisesAlongOneInnerAxis) {
+  const std::vector<double> x = {0, 1, 2, 3, 5, -1};
+  const std::vector<double> softmax = {0.04742587317756678, 0.017986209962091555, 0.9525741268224334,
+                                       0.9525741268224334,  0.9820137900379085,   0.04742587317756678};
+  const std::vector<double> log_softmax = {-3.048587351573742,   -4.0181499279178094,   -0.04858735157374197,
+                                           -0.04858735157374197, -0.018149927917809776, -3.048587351573742};
+  for (int64_t axis : {0, -2}) {
+    OpTester("Softmax", 13)
+        .AddAttribute("axis", axis)
+        .AddInput<float>("x", {2, 3}, ToFloat(x))
+        .AddOutput<float>("y", {2, 3}, ToFloat(softmax))
+        .Run();
+  }
+  OpTester("Softmax", 13)
+      .AddAttribute("axis", int64_t{0})
+      .AddInput<double>("x", {2, 3}, x)
+      .AddOutput<double>("y", {2, 3}, softmax)
+      .Run();
+  OpTester("LogSoftmax", 13)
+      .AddAttribute("axis", int64_t{0})
+      .AddInput<float>("x", {2, 3}, ToFloat(x))
+      .AddOutput<float>("y", {2, 3}, ToFloat(log_softmax))
+      .Run();
+  OpTester("LogSoftmax", 13)
+      .AddAttribute("axis", int64_t{0})
+      .AddInput<double>("x", {2, 3}, x)
+      .AddOutput<double>("y", {2, 3}, log_softmax)
+      .Run();
+}
+
+TEST(SoftmaxTest, BeforeOpset13TheInputIsCoercedTo2D) {
+  // [2,2,2] with the default axis 1 normalises rows of 4, not along dim 1 alone.
+  const std::vector<float> x = {0, 0.5f, 1, 1.5f, 2, 2.5f, 3, 3.5f};
+  const std::vector<float> row = {0.10153632409155178f, 0.16740509727844333f, 0.2760043447065936f,
+                                  0.45505423392341116f};
+  std::vector<float> expected = row;
+  expected.insert(expected.end(), row.begin(), row.end());
+  OpTester("Softmax", 11).AddInput<float>("x", {2, 2, 2}, x).AddOutput<float>("y", {2, 2, 2}, expected).Run();
+  OpTester("Softmax", 6)
+      .AddInput<double>("x", {2, 2, 2}, std::vector<double>(x.begin(), x.end()))
+      .AddOutput<double>("y", {2, 2, 2}, std::vector<double>(expected.begin(), expected.end()))
+      .Run();
+  // axis 0: the whole tensor is one row.
+  OpTester("Softmax", 11)
+      .AddAttribute("axis", int64_t{0})
+      .AddInput<float>("x", {2, 2}, {0, 0, 0, 0})
+      .AddOutput<float>("y", {2, 2}, {0.25f, 0.25f, 0.25f, 0.25f})
+      .Run();
+}
+
+TEST(SoftmaxTest, WideInnerAxisCrossesBlocks) {
+  // axis 0 of [2, 600]: 600 inner positions span three blocks of the strided loop.
+  std::vector<double> x(1200), expected(1200);
+  for (int i = 0; i < 600; ++i) {
+    x[i] = i % 7;
+    x[600 + i] = (i % 7) + 1;  // One larger: softmax = [1/(1+e), e/(1+e)] at every position.
+    expected[i] = 1 / (1 + std::exp(1.0));
+    expected[600 + i] = std::exp(1.0) / (1 + std::exp(1.0));
+  }
+  OpTester("Softmax", 13)
+      .AddAttribute("axis", int64_t{0})
+      .AddInput<double>("x", {2, 600}, x)
+      .AddOutput<double>("y", {2, 600}, expected)
+      .Run();
+  OpTester("Softmax", 13)
+      .AddAttribute("axis", int64_t{0})
+      .AddInput<float>("x", {2, 600}, ToFloat(x))
+      .AddOutput<float>("y", {2, 600}, ToFloat(expected))
+      .Run();
+}
+
+TEST(HardmaxTest, FirstMaximumWinsAlongTheAxis) {
+  OpTester("Hardmax", 13)
+      .AddInput<float>("x", {2, 4}, {3, 1, 3, 0, -1, -5, -0.5f, -2})
+      .AddOutput<float>("y", {2, 4}, {1, 0, 0, 0, 0, 0, 1, 0})
+      .Run();
+  OpTester("Hardmax", 13)
+      .AddAttribute("axis", int64_t{0})
+      .AddInput<double>("x", {3, 2}, {1, 9, 4, 9, 2, 0})
+      .AddOutput<double>("y", {3, 2}, {0, 1, 1, 0, 0, 0})
+      .Run();
+  // Opset 11, axis 1 of [2,1,2]: rows of 2.
+  OpTester("Hardmax", 11)
+      .AddInput<float>("x", {2, 1, 2}, {0, 1, 7, 2})
+      .AddOutput<float>("y", {2, 1, 2}, {0, 1, 1, 0})
+      .Run();
+}
+
+TEST(SoftmaxTest, EmptyInputAndErrors) {
+  OpTester("Softmax", 13).AddInput<float>("x", {0, 3}, {}).AddOutput<float>("y", {0, 3}, {}).Run();
+  auto bad_axis = OpTester("Softmax", 13)
+                      .AddAttribute("axis", int64_t{2})
+                      .AddInput<float>("x", {2, 2}, {1, 2, 3, 4})
+                      .AddOutput<float>("y", {2, 2}, {0, 0, 0, 0})
+                      .RunRaw();
+  EXPECT_EQ(bad_axis.status().code(), absl::StatusCode::kInvalidArgument) << bad_axis.status();
+  auto bad_type = OpTester("LogSoftmax", 13)
+                      .AddAttribute("axis", 1.0f)
+                      .AddInput<float>("x", {1}, {1})
+                      .AddOutput<float>("y", {1}, {0})
+                      .RunRaw();
+  ASSERT_FALSE(bad_type.ok());
+  EXPECT_NE(bad_type.status().message().find("axis"), std::string::npos) << bad_type.status();
+}
+
+}  // namespace
+}  // namespace traind::engine

@@ -1,0 +1,72 @@
+// Sum and Mean of any number of inputs with numpy broadcasting (opset 8+; opset 6/7 required equal
+// shapes, a special case). One BroadcastPlan over all inputs; each output row is written from
+// input 0 and then accumulates one input at a time, so every loop is contiguous (or a broadcast
+// scalar) and vectorises. Mean divides once at the end.
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/ops/broadcast.h"
+#include "engine/runtime/dispatch.h"
+#include "engine/runtime/kernel.h"
+
+namespace traind::engine {
+namespace {
+
+class SumMeanKernel final : public Kernel {
+ public:
+  SumMeanKernel(const char* name, bool mean) : name_(name), mean_(mean) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    std::vector<const Tensor*> inputs;
+    std::vector<const Shape*> shapes;
+    for (int i = 0; i < context.num_inputs(); ++i) {
+      TRAIND_ASSIGN_OR_RETURN(const Tensor* input, context.RequiredInput(i));
+      if (!inputs.empty() && input->dtype() != inputs[0]->dtype()) {
+        return absl::InvalidArgumentError(absl::StrCat(name_, ": inputs differ in dtype"));
+      }
+      inputs.push_back(input);
+      shapes.push_back(&input->shape());
+    }
+    if (inputs.empty()) return absl::InvalidArgumentError(absl::StrCat(name_, ": no inputs"));
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(inputs[0]->dtype(), name_, [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      if (inputs.size() == 1) {
+        context.SetOutput(0, *inputs[0]);  // Sum and mean of one tensor: itself (aliased).
+        return absl::OkStatus();
+      }
+      TRAIND_ASSIGN_OR_RETURN(BroadcastPlan plan, BroadcastPlan::Make(shapes));
+      TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, inputs[0]->dtype(), plan.output_shape()));
+      T* out = y->mutable_data<T>();
+      const T count = static_cast<T>(inputs.size());
+      plan.ForEachRow(context.threads(), [&](int64_t out_offset, const int64_t* offsets, int64_t n) {
+        T* dst = out + out_offset;
+        // dst = in0 + in1, then += in2, ...: BinaryRow handles each input's 0/1 stride.
+        BinaryRow(inputs[0]->data<T>() + offsets[0], plan.inner_stride(0), inputs[1]->data<T>() + offsets[1],
+                  plan.inner_stride(1), dst, n, [](T a, T b) { return a + b; });
+        for (size_t k = 2; k < inputs.size(); ++k) {
+          BinaryRow(static_cast<const T*>(dst), 1, inputs[k]->data<T>() + offsets[k], plan.inner_stride(k), dst, n,
+                    [](T a, T b) { return a + b; });
+        }
+        if (mean_) {
+          for (int64_t i = 0; i < n; ++i) dst[i] /= count;  // Divide, as numpy.mean does.
+        }
+      });
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  const char* name_;
+  bool mean_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateSumKernel(const KernelInit&) {
+  return std::unique_ptr<Kernel>(new SumMeanKernel("Sum", /*mean=*/false));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateMeanKernel(const KernelInit&) {
+  return std::unique_ptr<Kernel>(new SumMeanKernel("Mean", /*mean=*/true));
+}
+
+}  // namespace traind::engine
