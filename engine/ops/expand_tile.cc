@@ -118,7 +118,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateExpandKernel(const KernelInit&) {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateTileKernel(const KernelInit& init) {
   if (init.num_inputs() != 2) {
-    return init.Error("Tile takes inputs 'input' and 'repeats' (the opset-1 form is unsupported)");
+    return init.Error("Tile takes exactly two inputs, input and repeats");
   }
   return std::unique_ptr<Kernel>(new TileKernel());
 }
