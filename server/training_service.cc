@@ -14,7 +14,7 @@ namespace v1 = ::traind::v1;
 namespace {
 
 // ai.onnx opsets accepted in uploaded models (the engine's loader enforces the same bounds).
-constexpr int64_t kMinOpset = 7;
+constexpr int64_t kMinOpset = 6;
 constexpr int64_t kMaxOpset = 17;
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {

@@ -191,6 +191,19 @@ class ModelValidator {
   int64_t node_count_ = 0;
 };
 
+// PyTorch's opset-6 exporter emits int64 Constant nodes (shape and repeat operands), although
+// Constant-1 allows only float types; type constraints were widened in opset 9. For models below
+// opset 9, shape inference therefore skips the schema type-constraint check (shapes are still
+// inferred strictly); the kernels check dtypes at run time anyway.
+constexpr int kFirstOpsetWithStrictTypeCheck = 9;
+
+bool CheckTypesStrictly(const onnx::ModelProto& model) {
+  for (const auto& opset : model.opset_import()) {
+    if (IsOnnxDomain(opset.domain())) return opset.version() >= kFirstOpsetWithStrictTypeCheck;
+  }
+  return true;
+}
+
 // Runs onnx's checker and strict shape inference; onnx reports errors by throwing.
 absl::Status RunOnnxChecker(onnx::ModelProto& model) {
   try {
@@ -201,8 +214,10 @@ absl::Status RunOnnxChecker(onnx::ModelProto& model) {
     return absl::InvalidArgumentError("onnx checker: unknown exception");
   }
   try {
-    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
-                                       onnx::ShapeInferenceOptions(true, 1, true));
+    onnx::shape_inference::InferShapes(
+        model, onnx::OpSchemaRegistry::Instance(),
+        onnx::ShapeInferenceOptions(CheckTypesStrictly(model), /*error_mode=*/1,
+                                    /*enable_data_propagation=*/true));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("onnx shape inference: ", e.what()));
   } catch (...) {

@@ -4,7 +4,7 @@
 // an absl::Status. On success every tensor's data is inline (external data has been read in).
 //
 // Status codes: kInvalidArgument for malformed or hostile input, kUnimplemented for well-formed
-// models this engine does not support (opset outside 7..17, unknown domain), kResourceExhausted
+// models this engine does not support (opset outside 6..17, unknown domain), kResourceExhausted
 // for limits.
 #ifndef TRAIND_ENGINE_MODEL_MODEL_LOADER_H_
 #define TRAIND_ENGINE_MODEL_MODEL_LOADER_H_
@@ -19,7 +19,7 @@
 
 namespace traind::engine {
 
-inline constexpr int kMinOnnxOpset = 7;
+inline constexpr int kMinOnnxOpset = 6;
 inline constexpr int kMaxOnnxOpset = 17;
 
 struct ModelLimits {

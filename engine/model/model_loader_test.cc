@@ -90,12 +90,55 @@ TEST(ModelLoaderTest, RejectsTruncatedBytes) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
 }
 
-TEST(ModelLoaderTest, RejectsOpsetsOutside7To17) {
-  for (int opset : {6, 18}) {
+TEST(ModelLoaderTest, RejectsOpsetsOutside6To17) {
+  for (int opset : {1, 5, 18}) {
     absl::Status status = LoadBytes(ValidModel(opset));
     EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
-    EXPECT_NE(status.message().find("opset"), std::string::npos) << status;
+    EXPECT_NE(status.message().find("supports opsets 6 to 17"), std::string::npos) << status;
   }
+}
+
+// PyTorch's legacy exports (libonnx-testdata's pytorch-converted, pytorch-operator) are opset 6.
+TEST(ModelLoaderTest, AcceptsLegacyOpset6AndNewestOpset17) {
+  for (int opset : {6, 7, 17}) EXPECT_TRUE(LoadBytes(ValidModel(opset)).ok()) << opset;
+}
+
+// y = op(Constant int64 [4]): an int64 Constant, as PyTorch's opset-6 exports emit for shapes.
+onnx::ModelProto Int64ConstantModel(int opset, const char* op) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(opset);
+  auto* graph = model.mutable_graph();
+  graph->set_name("g");
+  auto* output = graph->add_output();
+  output->set_name("y");
+  auto* type = output->mutable_type()->mutable_tensor_type();
+  type->set_elem_type(onnx::TensorProto::INT64);
+  type->mutable_shape()->add_dim()->set_dim_value(1);
+  auto* constant = graph->add_node();
+  constant->set_op_type("Constant");
+  constant->add_output("c");
+  auto* value = constant->add_attribute();
+  value->set_name("value");
+  value->set_type(onnx::AttributeProto::TENSOR);
+  value->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+  value->mutable_t()->add_dims(1);
+  value->mutable_t()->add_int64_data(4);
+  auto* node = graph->add_node();
+  node->set_op_type(op);
+  node->add_input("c");
+  node->add_output("y");
+  return model;
+}
+
+TEST(ModelLoaderTest, LegacyOpsetsSkipOnlyTheTypeConstraintCheck) {
+  // Constant-1 allows only float types, yet PyTorch's opset-6 exports use int64 Constants.
+  EXPECT_TRUE(LoadBytes(Int64ConstantModel(6, "Identity")).ok());
+  EXPECT_TRUE(LoadBytes(Int64ConstantModel(8, "Identity")).ok());
+  EXPECT_TRUE(LoadBytes(Int64ConstantModel(13, "Identity")).ok());
+  // From opset 9 type constraints are checked: Sqrt takes only floats.
+  absl::Status status = LoadBytes(Int64ConstantModel(13, "Sqrt"));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
 }
 
 TEST(ModelLoaderTest, CustomDomainNeedsRegistration) {

@@ -101,12 +101,19 @@ X PowValue(X base, Y exponent) {
 }
 
 // Pow: base and exponent may have different dtypes (opset 12+); output has the base's dtype.
+// Opset 6 (Pow-1) broadcasts by the legacy rules.
 class PowKernel final : public Kernel {
  public:
+  explicit PowKernel(LegacyBroadcast legacy) : legacy_(legacy) {}
+
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* y, context.RequiredInput(1));
-    const Shape* shapes[] = {&x->shape(), &y->shape()};
+    Shape y_shape = y->shape();
+    if (legacy_.active()) {
+      TRAIND_ASSIGN_OR_RETURN(y_shape, legacy_.AlignB(x->shape(), y->shape()));
+    }
+    const Shape* shapes[] = {&x->shape(), &y_shape};
     TRAIND_ASSIGN_OR_RETURN(BroadcastPlan plan, BroadcastPlan::Make(shapes));
     return DispatchAmong<float, double, int32_t, int64_t>(
         x->dtype(), "Pow", [&](auto x_tag) -> absl::Status {
@@ -122,13 +129,17 @@ class PowKernel final : public Kernel {
               });
         });
   }
+
+ private:
+  LegacyBroadcast legacy_;
 };
 
-// Min/Max over 1..N inputs, folded pairwise (each step broadcasts).
+// Min/Max over 1..N inputs, folded pairwise (each step broadcasts; before opset 8 the inputs
+// must all have one shape).
 template <typename Op>
 class VariadicKernel final : public Kernel {
  public:
-  explicit VariadicKernel(const char* name) : name_(name) {}
+  VariadicKernel(const char* name, bool broadcasts) : name_(name), broadcasts_(broadcasts) {}
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* first, context.RequiredInput(0));
@@ -137,6 +148,11 @@ class VariadicKernel final : public Kernel {
       TRAIND_ASSIGN_OR_RETURN(const Tensor* next, context.RequiredInput(i));
       if (next->dtype() != accumulated.dtype()) {
         return absl::InvalidArgumentError(absl::StrCat(name_, ": input dtypes differ"));
+      }
+      if (!broadcasts_ && next->shape() != first->shape()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name_, ": inputs ", first->DebugString(), " and ", next->DebugString(),
+            " differ in shape (no broadcasting before opset 8)"));
       }
       const Shape* shapes[] = {&accumulated.shape(), &next->shape()};
       TRAIND_ASSIGN_OR_RETURN(BroadcastPlan plan, BroadcastPlan::Make(shapes));
@@ -162,6 +178,7 @@ class VariadicKernel final : public Kernel {
 
  private:
   const char* name_;
+  bool broadcasts_;
 };
 
 template <typename KernelType, typename... Args>
@@ -171,9 +188,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> Make(Args... args) {
 
 }  // namespace
 
-#define TRAIND_DEFINE_BINARY(OpName, Functor, kBoolOutput, ...)                    \
-  absl::StatusOr<std::unique_ptr<Kernel>> Create##OpName##Kernel(const KernelInit&) { \
-    return Make<BinaryKernel<Functor, kBoolOutput, __VA_ARGS__>>(#OpName);          \
+// Every factory parses the legacy broadcast attributes, which only opset < 7 nodes have.
+#define TRAIND_DEFINE_BINARY(OpName, Functor, kBoolOutput, ...)                        \
+  absl::StatusOr<std::unique_ptr<Kernel>> Create##OpName##Kernel(const KernelInit& init) { \
+    TRAIND_ASSIGN_OR_RETURN(LegacyBroadcast legacy, LegacyBroadcast::FromNode(init));    \
+    return Make<BinaryKernel<Functor, kBoolOutput, __VA_ARGS__>>(#OpName, legacy);      \
   }
 
 TRAIND_DEFINE_BINARY(Add, AddOp, false, TRAIND_NUMERIC_TYPES)
@@ -190,14 +209,15 @@ TRAIND_DEFINE_BINARY(Or, OrOp, false, BoolType)
 TRAIND_DEFINE_BINARY(Xor, XorOp, false, BoolType)
 #undef TRAIND_DEFINE_BINARY
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreatePowKernel(const KernelInit&) {
-  return Make<PowKernel>();
+absl::StatusOr<std::unique_ptr<Kernel>> CreatePowKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(LegacyBroadcast legacy, LegacyBroadcast::FromNode(init));
+  return Make<PowKernel>(legacy);
 }
-absl::StatusOr<std::unique_ptr<Kernel>> CreateMinKernel(const KernelInit&) {
-  return Make<VariadicKernel<MinOp>>("Min");
+absl::StatusOr<std::unique_ptr<Kernel>> CreateMinKernel(const KernelInit& init) {
+  return Make<VariadicKernel<MinOp>>("Min", init.opset() >= 8);
 }
-absl::StatusOr<std::unique_ptr<Kernel>> CreateMaxKernel(const KernelInit&) {
-  return Make<VariadicKernel<MaxOp>>("Max");
+absl::StatusOr<std::unique_ptr<Kernel>> CreateMaxKernel(const KernelInit& init) {
+  return Make<VariadicKernel<MaxOp>>("Max", init.opset() >= 8);
 }
 
 }  // namespace traind::engine

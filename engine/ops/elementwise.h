@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/broadcast.h"
+#include "engine/ops/legacy_broadcast.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/runtime/kernel.h"
 
@@ -82,11 +83,13 @@ class UnaryKernel final : public Kernel {
 };
 
 // out = op(a, b) with numpy broadcasting; both inputs share one dtype from Ts. The output has the
-// input dtype, or bool when kBoolOutput (comparisons).
+// input dtype, or bool when kBoolOutput (comparisons). `legacy` is active for opset < 7 nodes,
+// whose B broadcasts onto A by the old rules instead.
 template <typename Op, bool kBoolOutput, typename... Ts>
 class BinaryKernel final : public Kernel {
  public:
-  explicit BinaryKernel(const char* name) : name_(name) {}
+  explicit BinaryKernel(const char* name, LegacyBroadcast legacy = {})
+      : name_(name), legacy_(legacy) {}
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* a, context.RequiredInput(0));
@@ -96,7 +99,11 @@ class BinaryKernel final : public Kernel {
           name_, ": input dtypes differ: ", DataTypeName(a->dtype()), " vs ",
           DataTypeName(b->dtype())));
     }
-    const Shape* shapes[] = {&a->shape(), &b->shape()};
+    Shape b_shape = b->shape();
+    if (legacy_.active()) {
+      TRAIND_ASSIGN_OR_RETURN(b_shape, legacy_.AlignB(a->shape(), b->shape()));
+    }
+    const Shape* shapes[] = {&a->shape(), &b_shape};
     TRAIND_ASSIGN_OR_RETURN(BroadcastPlan plan, BroadcastPlan::Make(shapes));
     return DispatchAmong<Ts...>(a->dtype(), name_, [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
@@ -112,6 +119,7 @@ class BinaryKernel final : public Kernel {
 
  private:
   const char* name_;
+  LegacyBroadcast legacy_;
 };
 
 }  // namespace traind::engine

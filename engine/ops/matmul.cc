@@ -144,8 +144,10 @@ class MatMulKernel final : public Kernel {
 
 class GemmKernel final : public Kernel {
  public:
-  GemmKernel(bool trans_a, bool trans_b, float alpha, float beta)
-      : trans_a_(trans_a), trans_b_(trans_b), alpha_(alpha), beta_(beta) {}
+  // `c_must_be_mn`: Gemm-6 without attribute broadcast = 1 requires C to be exactly [M, N].
+  GemmKernel(bool trans_a, bool trans_b, float alpha, float beta, bool c_must_be_mn)
+      : trans_a_(trans_a), trans_b_(trans_b), alpha_(alpha), beta_(beta),
+        c_must_be_mn_(c_must_be_mn) {}
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* a, context.RequiredInput(0));
@@ -170,6 +172,11 @@ class GemmKernel final : public Kernel {
       c_cols = c->dim(1);
     } else if (c != nullptr && c->rank() == 1) {
       c_cols = c->dim(0);
+    }
+    if (c_must_be_mn_ && c != nullptr && c->shape() != Shape{m, n}) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Gemm: C ", c->DebugString(), " must be [", m, ",", n,
+          "] unless attribute 'broadcast' is 1 (opset 6)"));
     }
     if ((c_rows != 1 && c_rows != m) || (c_cols != 1 && c_cols != n)) {
       return absl::InvalidArgumentError(
@@ -204,6 +211,7 @@ class GemmKernel final : public Kernel {
   bool trans_b_;
   float alpha_;
   float beta_;
+  bool c_must_be_mn_;
 };
 
 }  // namespace
@@ -217,7 +225,20 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateGemmKernel(const KernelInit& init)
   TRAIND_ASSIGN_OR_RETURN(int64_t trans_b, init.GetInt("transB", 0));
   TRAIND_ASSIGN_OR_RETURN(float alpha, init.GetFloat("alpha", 1.0f));
   TRAIND_ASSIGN_OR_RETURN(float beta, init.GetFloat("beta", 1.0f));
-  return std::unique_ptr<Kernel>(new GemmKernel(trans_a != 0, trans_b != 0, alpha, beta));
+  // Opset 6's `broadcast` attribute (removed in 7, where C always broadcasts unidirectionally).
+  bool c_must_be_mn = false;
+  if (init.opset() < 7) {
+    TRAIND_ASSIGN_OR_RETURN(int64_t broadcast, init.GetInt("broadcast", 0));
+    if (broadcast != 0 && broadcast != 1) {
+      return init.Error("attribute 'broadcast' must be 0 or 1");
+    }
+    c_must_be_mn = broadcast == 0;
+  }
+  if (init.opset() < 11 && !init.has_input(2)) {
+    return init.Error("input C is required before opset 11");
+  }
+  return std::unique_ptr<Kernel>(
+      new GemmKernel(trans_a != 0, trans_b != 0, alpha, beta, c_must_be_mn));
 }
 
 }  // namespace traind::engine

@@ -1,0 +1,414 @@
+// Indexed reads and writes: Gather, GatherElements, GatherND (reads) and ScatterElements,
+// ScatterND and the deprecated Scatter (writes into a copy of `data`, optionally reducing).
+//
+// Every index tensor is validated in full (int32 or int64, each value in [-dim, dim)) before any
+// element moves, so an out-of-range index is a clean kInvalidArgument and never an out-of-bounds
+// access. Reads only copy, so they dispatch on element width; scatters with a reduction need the
+// arithmetic type.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/index_helpers.h"
+
+namespace traind::engine {
+namespace {
+
+// out = data[..., indices, ...] along `axis`: the indices' shape replaces that dim.
+class GatherKernel final : public Kernel {
+ public:
+  explicit GatherKernel(int64_t axis) : axis_(axis) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* data, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* indices, context.RequiredInput(1));
+    TRAIND_ASSIGN_OR_RETURN(const int64_t axis, NormalizeAxis(axis_, data->rank()));
+    const Shape& data_shape = data->shape();
+    const int64_t axis_dim = data_shape[axis];
+    const int64_t outer = DimProduct(data_shape, 0, axis);
+    const int64_t inner = DimProduct(data_shape, axis + 1, data_shape.size());
+    const int64_t count = indices->num_elements();
+    Shape out_shape(data_shape.begin(), data_shape.begin() + axis);
+    out_shape.insert(out_shape.end(), indices->shape().begin(), indices->shape().end());
+    out_shape.insert(out_shape.end(), data_shape.begin() + axis + 1, data_shape.end());
+    return DispatchIndexType(*indices, "Gather indices", [&](auto index_tag) -> absl::Status {
+      using I = typename decltype(index_tag)::type;
+      const I* index_data = indices->data<I>();
+      TRAIND_RETURN_IF_ERROR(CheckIndices(index_data, count, axis_dim, "Gather"));
+      TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(0, data->dtype(), out_shape));
+      if (out->num_elements() == 0) return absl::OkStatus();
+      return DispatchByWidth(data->dtype(), "Gather", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* in = data->data<T>();
+        T* dst = out->mutable_data<T>();
+        // One "row" per (outer, index) pair: `inner` contiguous elements.
+        context.threads().ParallelFor(
+            outer * count, std::max<int64_t>(1, kParallelElementThreshold / inner),
+            [&](int64_t begin, int64_t end) {
+              for (int64_t row = begin; row < end; ++row) {
+                const int64_t o = row / count;
+                int64_t index = static_cast<int64_t>(index_data[row % count]);
+                if (index < 0) index += axis_dim;  // Range checked above.
+                const T* src = in + (o * axis_dim + index) * inner;
+                std::copy(src, src + inner, dst + row * inner);
+              }
+            });
+        return absl::OkStatus();
+      });
+    });
+  }
+
+ private:
+  int64_t axis_;
+};
+
+// Shared by GatherElements and ScatterElements: `indices` has data's rank, each dim no larger
+// than data's (the spec's "indices[i][j][k] addresses data[indices[i][j][k]][j][k]" for axis 0).
+absl::Status CheckElementsShapes(const char* op, const Tensor& data, const Tensor& indices,
+                                 int64_t axis) {
+  if (indices.rank() != data.rank()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": indices ", indices.DebugString(),
+                                                   " must have the rank of data ",
+                                                   data.DebugString()));
+  }
+  for (int64_t d = 0; d < data.rank(); ++d) {
+    if (d != axis && indices.dim(d) > data.dim(d)) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": indices ", indices.DebugString(),
+                                                     " exceed data ", data.DebugString(),
+                                                     " in dim ", d));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Calls fn(i, data_offset) for every element i of `indices` (row-major), where data_offset is
+// the offset in data of that element's position with the axis coordinate set to the wrapped
+// index. Serial: ScatterElements relies on the order for duplicate indices.
+template <typename I, typename Fn>
+void ForEachElementIndex(const Tensor& data, const Tensor& indices, const I* index_data,
+                         int64_t axis, Fn&& fn) {
+  const int64_t rank = data.rank();
+  const std::vector<int64_t> data_strides = RowMajorStrides(data.shape());
+  const int64_t axis_dim = data.dim(axis);
+  const int64_t count = indices.num_elements();
+  std::vector<int64_t> coord(rank, 0);
+  int64_t base = 0;  // Data offset of `coord` without the axis term.
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t index = static_cast<int64_t>(index_data[i]);
+    if (index < 0) index += axis_dim;
+    fn(i, base + index * data_strides[axis]);
+    // Advance the coordinate odometer (and base) to element i + 1.
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (++coord[d] < indices.dim(d)) {
+        if (d != axis) base += data_strides[d];
+        break;
+      }
+      if (d != axis) base -= (coord[d] - 1) * data_strides[d];
+      coord[d] = 0;
+    }
+  }
+}
+
+class GatherElementsKernel final : public Kernel {
+ public:
+  explicit GatherElementsKernel(int64_t axis) : axis_(axis) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* data, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* indices, context.RequiredInput(1));
+    TRAIND_ASSIGN_OR_RETURN(const int64_t axis, NormalizeAxis(axis_, data->rank()));
+    TRAIND_RETURN_IF_ERROR(CheckElementsShapes("GatherElements", *data, *indices, axis));
+    return DispatchIndexType(*indices, "GatherElements indices", [&](auto index_tag) {
+      using I = typename decltype(index_tag)::type;
+      const I* index_data = indices->data<I>();
+      TRAIND_RETURN_IF_ERROR(
+          CheckIndices(index_data, indices->num_elements(), data->dim(axis), "GatherElements"));
+      TRAIND_ASSIGN_OR_RETURN(Tensor * out,
+                              context.AllocateOutput(0, data->dtype(), indices->shape()));
+      return DispatchByWidth(data->dtype(), "GatherElements", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* in = data->data<T>();
+        T* dst = out->mutable_data<T>();
+        ForEachElementIndex(*data, *indices, index_data, axis,
+                            [&](int64_t i, int64_t offset) { dst[i] = in[offset]; });
+        return absl::OkStatus();
+      });
+    });
+  }
+
+ private:
+  int64_t axis_;
+};
+
+// GatherND / ScatterND geometry: indices [b..., n..., k] address slices data[b..., i_1..i_k, :].
+struct NdLayout {
+  int64_t batches = 1;         // Product of the batch dims.
+  int64_t tuples_per_batch = 1;
+  int64_t index_depth = 0;     // k.
+  int64_t slice_size = 1;      // Elements per addressed slice.
+  int64_t data_batch_stride = 1;
+  std::vector<int64_t> dims;     // data dims b..b+k-1 (for range checks).
+  std::vector<int64_t> strides;  // Their element strides in data.
+};
+
+absl::StatusOr<NdLayout> MakeNdLayout(const char* op, const Tensor& data, const Tensor& indices,
+                                      int64_t batch_dims) {
+  const int64_t r = data.rank();
+  const int64_t q = indices.rank();
+  if (q < 1 || batch_dims < 0 || batch_dims >= std::min(r, q)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": batch_dims ", batch_dims,
+                                                   " invalid for data ", data.DebugString(),
+                                                   " and indices ", indices.DebugString()));
+  }
+  NdLayout layout;
+  layout.index_depth = indices.dim(q - 1);
+  if (layout.index_depth < 1 || layout.index_depth > r - batch_dims) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": indices' last dim ",
+                                                   layout.index_depth, " must lie in [1, ",
+                                                   r - batch_dims, "]"));
+  }
+  for (int64_t d = 0; d < batch_dims; ++d) {
+    if (data.dim(d) != indices.dim(d)) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": batch dim ", d, " differs: data ",
+                                                     data.DebugString(), ", indices ",
+                                                     indices.DebugString()));
+    }
+  }
+  const std::vector<int64_t> strides = RowMajorStrides(data.shape());
+  layout.batches = DimProduct(data.shape(), 0, batch_dims);
+  layout.tuples_per_batch = DimProduct(indices.shape(), batch_dims, q - 1);
+  layout.slice_size = DimProduct(data.shape(), batch_dims + layout.index_depth, r);
+  layout.data_batch_stride = DimProduct(data.shape(), batch_dims, r);
+  for (int64_t j = 0; j < layout.index_depth; ++j) {
+    layout.dims.push_back(data.dim(batch_dims + j));
+    layout.strides.push_back(strides[batch_dims + j]);
+  }
+  return layout;
+}
+
+// Data offsets of every addressed slice (one per index tuple), range-checked.
+template <typename I>
+absl::StatusOr<std::vector<int64_t>> NdSliceOffsets(const char* op, const NdLayout& layout,
+                                                    const I* index_data) {
+  std::vector<int64_t> offsets(layout.batches * layout.tuples_per_batch);
+  for (int64_t t = 0; t < static_cast<int64_t>(offsets.size()); ++t) {
+    const I* tuple = index_data + t * layout.index_depth;
+    int64_t offset = (t / layout.tuples_per_batch) * layout.data_batch_stride;
+    for (int64_t j = 0; j < layout.index_depth; ++j) {
+      int64_t index;
+      if (!WrapIndex(static_cast<int64_t>(tuple[j]), layout.dims[j], &index)) {
+        return IndexOutOfRange(op, static_cast<int64_t>(tuple[j]), layout.dims[j]);
+      }
+      offset += index * layout.strides[j];
+    }
+    offsets[t] = offset;
+  }
+  return offsets;
+}
+
+class GatherNDKernel final : public Kernel {
+ public:
+  explicit GatherNDKernel(int64_t batch_dims) : batch_dims_(batch_dims) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* data, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* indices, context.RequiredInput(1));
+    TRAIND_ASSIGN_OR_RETURN(NdLayout layout, MakeNdLayout("GatherND", *data, *indices,
+                                                          batch_dims_));
+    Shape out_shape(indices->shape().begin(), indices->shape().end() - 1);
+    out_shape.insert(out_shape.end(),
+                     data->shape().begin() + batch_dims_ + layout.index_depth,
+                     data->shape().end());
+    return DispatchIndexType(*indices, "GatherND indices", [&](auto index_tag) {
+      using I = typename decltype(index_tag)::type;
+      TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> offsets,
+                              NdSliceOffsets("GatherND", layout, indices->data<I>()));
+      TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(0, data->dtype(), out_shape));
+      return DispatchByWidth(data->dtype(), "GatherND", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* in = data->data<T>();
+        T* dst = out->mutable_data<T>();
+        const int64_t slice = layout.slice_size;
+        context.threads().ParallelFor(
+            static_cast<int64_t>(offsets.size()),
+            std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, slice)),
+            [&](int64_t begin, int64_t end) {
+              for (int64_t t = begin; t < end; ++t) {
+                std::copy(in + offsets[t], in + offsets[t] + slice, dst + t * slice);
+              }
+            });
+        return absl::OkStatus();
+      });
+    });
+  }
+
+ private:
+  int64_t batch_dims_;
+};
+
+enum class Reduction { kNone, kAdd, kMul };
+
+absl::StatusOr<Reduction> ParseReduction(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(std::string reduction, init.GetString("reduction", "none"));
+  if (reduction == "none") return Reduction::kNone;
+  if (reduction == "add") return Reduction::kAdd;
+  if (reduction == "mul") return Reduction::kMul;
+  if (reduction == "max" || reduction == "min") {
+    return init.Unsupported(absl::StrCat("reduction '", reduction, "' (opset 18) is unsupported"));
+  }
+  return init.Error(absl::StrCat("attribute 'reduction' must be none, add or mul, got '",
+                                 reduction, "'"));
+}
+
+// Applies one update; `T` is the arithmetic type (bool only with kNone).
+template <typename T>
+inline void Reduce(Reduction reduction, T* target, T update) {
+  switch (reduction) {
+    case Reduction::kNone: *target = update; break;
+    case Reduction::kAdd: *target = WrapAdd(*target, update); break;
+    case Reduction::kMul: *target = WrapMul(*target, update); break;
+  }
+}
+
+// Allocates output 0 as a copy of `data` and calls fn(TypeTag<T>, out) with T the arithmetic
+// type of data (copy width when there is no reduction, so every dtype works then).
+template <typename Fn>
+absl::Status ScatterInto(KernelContext& context, const Tensor& data, const Tensor& updates,
+                         Reduction reduction, const char* op, Fn&& fn) {
+  if (updates.dtype() != data.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": updates dtype ",
+                                                   DataTypeName(updates.dtype()),
+                                                   " differs from data dtype ",
+                                                   DataTypeName(data.dtype())));
+  }
+  TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(0, data.dtype(), data.shape()));
+  if (data.byte_size() > 0) std::memcpy(out->mutable_raw_data(), data.raw_data(), data.byte_size());
+  if (reduction == Reduction::kNone) {
+    return DispatchByWidth(data.dtype(), op, [&](auto tag) { return fn(tag, out); });
+  }
+  return DispatchAmong<TRAIND_NUMERIC_TYPES>(data.dtype(), op,
+                                             [&](auto tag) { return fn(tag, out); });
+}
+
+// ScatterElements (and Scatter, opsets 9-10): out = data; out[idx-addressed] (op)= updates.
+class ScatterElementsKernel final : public Kernel {
+ public:
+  ScatterElementsKernel(const char* name, int64_t axis, Reduction reduction)
+      : name_(name), axis_(axis), reduction_(reduction) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* data, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* indices, context.RequiredInput(1));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* updates, context.RequiredInput(2));
+    TRAIND_ASSIGN_OR_RETURN(const int64_t axis, NormalizeAxis(axis_, data->rank()));
+    TRAIND_RETURN_IF_ERROR(CheckElementsShapes(name_, *data, *indices, axis));
+    if (updates->shape() != indices->shape()) {
+      return absl::InvalidArgumentError(absl::StrCat(name_, ": updates ", updates->DebugString(),
+                                                     " must have the shape of indices ",
+                                                     indices->DebugString()));
+    }
+    return DispatchIndexType(*indices, "ScatterElements indices", [&](auto index_tag) {
+      using I = typename decltype(index_tag)::type;
+      const I* index_data = indices->data<I>();
+      TRAIND_RETURN_IF_ERROR(
+          CheckIndices(index_data, indices->num_elements(), data->dim(axis), name_));
+      return ScatterInto(context, *data, *updates, reduction_, name_, [&](auto tag, Tensor* out) {
+        using T = typename decltype(tag)::type;
+        const T* update_data = updates->data<T>();
+        T* dst = out->mutable_data<T>();
+        ForEachElementIndex(*data, *indices, index_data, axis, [&](int64_t i, int64_t offset) {
+          Reduce(reduction_, dst + offset, update_data[i]);
+        });
+        return absl::OkStatus();
+      });
+    });
+  }
+
+ private:
+  const char* name_;
+  int64_t axis_;
+  Reduction reduction_;
+};
+
+// ScatterND: out = data; out[indices[t]] (op)= updates[t] slice by slice, in index order.
+class ScatterNDKernel final : public Kernel {
+ public:
+  explicit ScatterNDKernel(Reduction reduction) : reduction_(reduction) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* data, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* indices, context.RequiredInput(1));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* updates, context.RequiredInput(2));
+    TRAIND_ASSIGN_OR_RETURN(NdLayout layout, MakeNdLayout("ScatterND", *data, *indices, 0));
+    // updates.shape == indices.shape[:-1] + data.shape[k:].
+    Shape expected(indices->shape().begin(), indices->shape().end() - 1);
+    expected.insert(expected.end(), data->shape().begin() + layout.index_depth,
+                    data->shape().end());
+    if (updates->shape() != expected) {
+      return absl::InvalidArgumentError(absl::StrCat("ScatterND: updates ",
+                                                     updates->DebugString(), " must have shape ",
+                                                     ShapeToString(expected)));
+    }
+    return DispatchIndexType(*indices, "ScatterND indices", [&](auto index_tag) {
+      using I = typename decltype(index_tag)::type;
+      TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> offsets,
+                              NdSliceOffsets("ScatterND", layout, indices->data<I>()));
+      return ScatterInto(context, *data, *updates, reduction_, "ScatterND",
+                         [&](auto tag, Tensor* out) {
+                           using T = typename decltype(tag)::type;
+                           const T* update_data = updates->data<T>();
+                           T* dst = out->mutable_data<T>();
+                           const int64_t slice = layout.slice_size;
+                           for (size_t t = 0; t < offsets.size(); ++t) {
+                             const T* src = update_data + t * slice;
+                             T* target = dst + offsets[t];
+                             for (int64_t j = 0; j < slice; ++j) {
+                               Reduce(reduction_, target + j, src[j]);
+                             }
+                           }
+                           return absl::OkStatus();
+                         });
+    });
+  }
+
+ private:
+  Reduction reduction_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateGatherKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", 0));
+  return std::unique_ptr<Kernel>(new GatherKernel(axis));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateGatherElementsKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", 0));
+  return std::unique_ptr<Kernel>(new GatherElementsKernel(axis));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateGatherNDKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(int64_t batch_dims, init.GetInt("batch_dims", 0));
+  if (batch_dims < 0) return init.Error("attribute 'batch_dims' must be >= 0");
+  return std::unique_ptr<Kernel>(new GatherNDKernel(batch_dims));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateScatterElementsKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", 0));
+  TRAIND_ASSIGN_OR_RETURN(Reduction reduction, ParseReduction(init));
+  return std::unique_ptr<Kernel>(new ScatterElementsKernel("ScatterElements", axis, reduction));
+}
+
+// The deprecated Scatter (opsets 9-10) is ScatterElements without a reduction.
+absl::StatusOr<std::unique_ptr<Kernel>> CreateScatterKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", 0));
+  return std::unique_ptr<Kernel>(new ScatterElementsKernel("Scatter", axis, Reduction::kNone));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateScatterNDKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(Reduction reduction, ParseReduction(init));
+  return std::unique_ptr<Kernel>(new ScatterNDKernel(reduction));
+}
+
+}  // namespace traind::engine
