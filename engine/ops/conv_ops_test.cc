@@ -62,6 +62,24 @@ TEST(ConvTest, AutoPadSameUpperAndLowerPutTheOddPadOnOppositeSides) {
       .Run();
 }
 
+TEST(ConvTest, PointwiseConvolutionsStayInThePlainLayout) {
+  // 1x1: y[m] = sum_c w[m, c] * x[c] at every position; x channels [1, 2] and [3, 4].
+  OpTester("Conv", 11)
+      .AddInput<float>("x", {1, 2, 1, 2}, {1, 2, 3, 4})
+      .AddInput<float>("w", {3, 2, 1, 1}, {1, 0, 0, 1, 1, -1})
+      .AddInput<float>("b", {3}, {0, 0, 10})
+      .AddOutput<float>("y", {1, 3, 1, 2}, {1, 2, 3, 4, 8, 8})
+      .Run();
+  // Grouped and strided 1x1 (depthwise scaling of every other position).
+  OpTester("Conv", 11)
+      .AddAttribute("group", int64_t{2})
+      .AddAttribute("strides", std::vector<int64_t>{2})
+      .AddInput<float>("x", {1, 2, 3}, {1, 2, 3, 4, 5, 6})
+      .AddInput<float>("w", {2, 1, 1}, {2, -1})
+      .AddOutput<float>("y", {1, 2, 2}, {2, 6, -4, -6})
+      .Run();
+}
+
 TEST(ConvTest, ThreeDimensionalAndBatched) {
   std::vector<float> ones(16, 1.0f);
   OpTester("Conv", 11)
