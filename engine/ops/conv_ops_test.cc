@@ -1,3 +1,6 @@
+#include <thread>
+
+#include "engine/runtime/session.h"
 #include "engine/testing/op_tester.h"
 #include "gtest/gtest.h"
 
@@ -88,6 +91,46 @@ TEST(ConvTest, ThreeDimensionalAndBatched) {
       .AddInput<float>("b", {2}, {0, 1})
       .AddOutput<float>("y", {2, 2, 1, 1, 1}, {8, 9, 8, 9})
       .Run();
+}
+
+TEST(ConvTest, ConcurrentRunsWithSeveralShapesShareOneKernel) {
+  // One compiled Conv (2x2 kernel of ones) whose input has dynamic batch and spatial dims; four
+  // threads run it with different shapes at once, so they build and reuse per-shape primitives
+  // in the kernel's cache concurrently.
+  OpTester tester("Conv", 11);
+  tester.AddInput<float>("x", {1, 1, 3, 3}, std::vector<float>(9, 1.0f))
+      .AddConstantInput<float>("w", {1, 1, 2, 2}, {1, 1, 1, 1})
+      .AddOutput<float>("y", {1, 1, 2, 2}, {4, 4, 4, 4});
+  ASSERT_TRUE(tester.RunRaw().ok());
+  onnx::ModelProto model = tester.model();
+  for (auto& value : {model.mutable_graph()->mutable_input(0), model.mutable_graph()->mutable_output(0)}) {
+    for (auto& dim : *value->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim()) {
+      dim.set_dim_param("dynamic");
+    }
+  }
+  auto session = Session::Create(model);
+  ASSERT_TRUE(session.ok()) << session.status();
+  std::vector<std::thread> threads;
+  std::vector<int> failures(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 40; ++i) {
+        const int64_t batch = 1 + (t + i) % 2;
+        const int64_t size = 3 + (t + i / 2) % 3;
+        const float value = static_cast<float>(t + 1);
+        auto x = Tensor::FromVector<float>({batch, 1, size, size}, std::vector<float>(batch * size * size, value));
+        auto outputs = (*session)->Run({*x});
+        const int64_t out_size = size - 1;
+        bool ok = outputs.ok() && (*outputs)[0].shape() == Shape{batch, 1, out_size, out_size};
+        for (int64_t k = 0; ok && k < (*outputs)[0].num_elements(); ++k) {
+          ok = (*outputs)[0].data<float>()[k] == 4 * value;
+        }
+        failures[t] += ok ? 0 : 1;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures, std::vector<int>(4, 0));
 }
 
 TEST(ConvTest, ShapeErrorsAndBadAttributes) {
