@@ -30,34 +30,35 @@ struct Window3 {
   int64_t input[3], output[3], kernel[3], strides[3], dilations[3], pad_begin[3], pad_end[3];
 
   explicit Window3(const WindowGeometry& g) {
-    const size_t lead = 3 - g.rank();
-    for (size_t j = 0; j < 3; ++j) {
-      const bool real = j >= lead;
-      const size_t i = j - lead;
-      input[j] = real ? g.input[i] : 1;
-      output[j] = real ? g.output[i] : 1;
-      kernel[j] = real ? g.kernel[i] : 1;
-      strides[j] = real ? g.strides[i] : 1;
-      dilations[j] = real ? g.dilations[i] : 1;
-      pad_begin[j] = real ? g.pad_begin[i] : 0;
-      pad_end[j] = real ? g.pad_end[i] : 0;
+    const size_t lead = 3 - g.rank();  // Unit dims in front of the real spatial dims.
+    for (size_t j = 0; j < lead; ++j) {
+      input[j] = output[j] = kernel[j] = strides[j] = dilations[j] = 1;
+      pad_begin[j] = pad_end[j] = 0;
+    }
+    for (size_t i = 0; i < g.rank(); ++i) {
+      input[lead + i] = g.input[i];
+      output[lead + i] = g.output[i];
+      kernel[lead + i] = g.kernel[i];
+      strides[lead + i] = g.strides[i];
+      dilations[lead + i] = g.dilations[i];
+      pad_begin[lead + i] = g.pad_begin[i];
+      pad_end[lead + i] = g.pad_end[i];
     }
   }
   int64_t input_size() const { return input[0] * input[1] * input[2]; }
   int64_t output_size() const { return output[0] * output[1] * output[2]; }
 };
 
-// Kernel taps along one dim for output position `o` that fall inside [low, high) of the input
-// coordinates: [first, last) tap indices.
+// The kernel taps of output position `o` along one dim whose input coordinate lies in
+// [low, high): taps [*first, *last). Tap t reads coordinate o * stride - pad_begin + t * dilation.
 inline void TapRange(int64_t o, int64_t stride, int64_t pad_begin, int64_t kernel, int64_t dilation, int64_t low,
                      int64_t high, int64_t* first, int64_t* last) {
-  const int64_t start = o * stride - pad_begin;  // Input coordinate of tap 0.
-  int64_t f = 0;
-  if (start < low) f = (low - start + dilation - 1) / dilation;
-  int64_t l = kernel;
-  if (start + (kernel - 1) * dilation >= high) l = std::max<int64_t>(0, (high - start + dilation - 1) / dilation);
-  *first = std::min(f, kernel);
-  *last = std::max(l, *first);
+  const int64_t start = o * stride - pad_begin;
+  // Smallest tap at or past `low`, and smallest tap at or past `high` (ceiling divisions).
+  const int64_t begin_tap = start >= low ? 0 : (low - start + dilation - 1) / dilation;
+  const int64_t end_tap = start >= high ? 0 : (high - start + dilation - 1) / dilation;
+  *first = std::min(begin_tap, kernel);
+  *last = std::max(std::min(end_tap, kernel), *first);
 }
 
 // Direct pooling over every (image, channel) plane. `indices` (MaxPool only) may be null.
@@ -66,78 +67,81 @@ void PoolReference(PoolKind kind, bool count_include_pad, bool column_major_indi
                    const T* in, T* out, int64_t* indices, ThreadPool& threads) {
   const int64_t in_size = w.input_size();
   const int64_t out_size = w.output_size();
-  const int64_t work_per_plane = std::max<int64_t>(1, out_size * w.kernel[0] * w.kernel[1] * w.kernel[2]);
-  threads.ParallelFor(
-      planes, std::max<int64_t>(1, kParallelElementThreshold / work_per_plane), [&](int64_t begin, int64_t end) {
-        for (int64_t plane = begin; plane < end; ++plane) {
-          const T* src = in + plane * in_size;
-          T* dst = out + plane * out_size;
-          int64_t* dst_index = indices == nullptr ? nullptr : indices + plane * out_size;
-          int64_t o = 0;
-          for (int64_t od = 0; od < w.output[0]; ++od) {
-            int64_t d0, d1;
-            TapRange(od, w.strides[0], w.pad_begin[0], w.kernel[0], w.dilations[0], 0, w.input[0], &d0, &d1);
-            for (int64_t oh = 0; oh < w.output[1]; ++oh) {
-              int64_t h0, h1;
-              TapRange(oh, w.strides[1], w.pad_begin[1], w.kernel[1], w.dilations[1], 0, w.input[1], &h0, &h1);
-              for (int64_t ow = 0; ow < w.output[2]; ++ow, ++o) {
-                int64_t w0, w1;
-                TapRange(ow, w.strides[2], w.pad_begin[2], w.kernel[2], w.dilations[2], 0, w.input[2], &w0, &w1);
-                const int64_t sd = od * w.strides[0] - w.pad_begin[0];
-                const int64_t sh = oh * w.strides[1] - w.pad_begin[1];
-                const int64_t sw = ow * w.strides[2] - w.pad_begin[2];
-                if (kind == PoolKind::kMax) {
-                  T best = std::numeric_limits<T>::lowest();
-                  int64_t best_offset = -1;
-                  for (int64_t kd = d0; kd < d1; ++kd) {
-                    const int64_t id = sd + kd * w.dilations[0];
-                    for (int64_t kh = h0; kh < h1; ++kh) {
-                      const int64_t ih = sh + kh * w.dilations[1];
-                      const T* row = src + (id * w.input[1] + ih) * w.input[2];
-                      for (int64_t kw = w0; kw < w1; ++kw) {
-                        const int64_t iw = sw + kw * w.dilations[2];
-                        // Strictly greater: the first maximum wins, as in the ONNX reference.
-                        if (row[iw] > best || best_offset < 0) {
-                          best = row[iw];
-                          best_offset = column_major_indices ? id + w.input[0] * (ih + w.input[1] * iw)
-                                                             : (id * w.input[1] + ih) * w.input[2] + iw;
-                        }
-                      }
+  // Reads per plane, in double: a hostile kernel_shape can make the integer product overflow.
+  double taps_per_output = 1;
+  for (int j = 0; j < 3; ++j) taps_per_output *= static_cast<double>(std::min(w.kernel[j], w.input[j]));
+  const double work_per_plane = std::max(1.0, static_cast<double>(out_size) * taps_per_output);
+  const int64_t grain = static_cast<int64_t>(std::max(1.0, kParallelElementThreshold / work_per_plane));
+  threads.ParallelFor(planes, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const T* src = in + plane * in_size;
+      T* dst = out + plane * out_size;
+      int64_t* dst_index = indices == nullptr ? nullptr : indices + plane * out_size;
+      int64_t o = 0;
+      for (int64_t od = 0; od < w.output[0]; ++od) {
+        int64_t d0, d1;
+        TapRange(od, w.strides[0], w.pad_begin[0], w.kernel[0], w.dilations[0], 0, w.input[0], &d0, &d1);
+        for (int64_t oh = 0; oh < w.output[1]; ++oh) {
+          int64_t h0, h1;
+          TapRange(oh, w.strides[1], w.pad_begin[1], w.kernel[1], w.dilations[1], 0, w.input[1], &h0, &h1);
+          for (int64_t ow = 0; ow < w.output[2]; ++ow, ++o) {
+            int64_t w0, w1;
+            TapRange(ow, w.strides[2], w.pad_begin[2], w.kernel[2], w.dilations[2], 0, w.input[2], &w0, &w1);
+            const int64_t sd = od * w.strides[0] - w.pad_begin[0];
+            const int64_t sh = oh * w.strides[1] - w.pad_begin[1];
+            const int64_t sw = ow * w.strides[2] - w.pad_begin[2];
+            if (kind == PoolKind::kMax) {
+              T best = std::numeric_limits<T>::lowest();
+              int64_t best_offset = -1;
+              for (int64_t kd = d0; kd < d1; ++kd) {
+                const int64_t id = sd + kd * w.dilations[0];
+                for (int64_t kh = h0; kh < h1; ++kh) {
+                  const int64_t ih = sh + kh * w.dilations[1];
+                  const T* row = src + (id * w.input[1] + ih) * w.input[2];
+                  for (int64_t kw = w0; kw < w1; ++kw) {
+                    const int64_t iw = sw + kw * w.dilations[2];
+                    // Strictly greater: the first maximum wins, as in the ONNX reference.
+                    if (row[iw] > best || best_offset < 0) {
+                      best = row[iw];
+                      best_offset = column_major_indices ? id + w.input[0] * (ih + w.input[1] * iw)
+                                                         : (id * w.input[1] + ih) * w.input[2] + iw;
                     }
                   }
-                  dst[o] = best;
-                  if (dst_index != nullptr) {
-                    dst_index[o] = best_offset < 0 ? -1 : plane * in_size + best_offset;
-                  }
-                } else {
-                  double sum = 0;
-                  for (int64_t kd = d0; kd < d1; ++kd) {
-                    const int64_t id = sd + kd * w.dilations[0];
-                    for (int64_t kh = h0; kh < h1; ++kh) {
-                      const int64_t ih = sh + kh * w.dilations[1];
-                      const T* row = src + (id * w.input[1] + ih) * w.input[2];
-                      for (int64_t kw = w0; kw < w1; ++kw) sum += row[sw + kw * w.dilations[2]];
-                    }
-                  }
-                  int64_t count = (d1 - d0) * (h1 - h0) * (w1 - w0);
-                  if (count_include_pad) {
-                    // Taps inside the padded input count; taps past the end padding (ceil_mode) do not.
-                    int64_t pd0, pd1, ph0, ph1, pw0, pw1;
-                    TapRange(od, w.strides[0], w.pad_begin[0], w.kernel[0], w.dilations[0], -w.pad_begin[0],
-                             w.input[0] + w.pad_end[0], &pd0, &pd1);
-                    TapRange(oh, w.strides[1], w.pad_begin[1], w.kernel[1], w.dilations[1], -w.pad_begin[1],
-                             w.input[1] + w.pad_end[1], &ph0, &ph1);
-                    TapRange(ow, w.strides[2], w.pad_begin[2], w.kernel[2], w.dilations[2], -w.pad_begin[2],
-                             w.input[2] + w.pad_end[2], &pw0, &pw1);
-                    count = (pd1 - pd0) * (ph1 - ph0) * (pw1 - pw0);
-                  }
-                  dst[o] = count == 0 ? T(0) : static_cast<T>(sum / static_cast<double>(count));
                 }
               }
+              dst[o] = best;
+              if (dst_index != nullptr) {
+                dst_index[o] = best_offset < 0 ? -1 : plane * in_size + best_offset;
+              }
+            } else {
+              double sum = 0;
+              for (int64_t kd = d0; kd < d1; ++kd) {
+                const int64_t id = sd + kd * w.dilations[0];
+                for (int64_t kh = h0; kh < h1; ++kh) {
+                  const int64_t ih = sh + kh * w.dilations[1];
+                  const T* row = src + (id * w.input[1] + ih) * w.input[2];
+                  for (int64_t kw = w0; kw < w1; ++kw) sum += row[sw + kw * w.dilations[2]];
+                }
+              }
+              int64_t count = (d1 - d0) * (h1 - h0) * (w1 - w0);
+              if (count_include_pad) {
+                // Taps inside the padded input count; taps past the end padding (ceil_mode) do not.
+                int64_t pd0, pd1, ph0, ph1, pw0, pw1;
+                TapRange(od, w.strides[0], w.pad_begin[0], w.kernel[0], w.dilations[0], -w.pad_begin[0],
+                         w.input[0] + w.pad_end[0], &pd0, &pd1);
+                TapRange(oh, w.strides[1], w.pad_begin[1], w.kernel[1], w.dilations[1], -w.pad_begin[1],
+                         w.input[1] + w.pad_end[1], &ph0, &ph1);
+                TapRange(ow, w.strides[2], w.pad_begin[2], w.kernel[2], w.dilations[2], -w.pad_begin[2],
+                         w.input[2] + w.pad_end[2], &pw0, &pw1);
+                count = (pd1 - pd0) * (ph1 - ph0) * (pw1 - pw0);
+              }
+              dst[o] = count == 0 ? T(0) : static_cast<T>(sum / static_cast<double>(count));
             }
           }
         }
-      });
+      }
+    }
+  });
 }
 
 // oneDNN's pooling for one input shape; `primitive` unset when oneDNN declined the configuration.
