@@ -131,16 +131,19 @@ class ConvKernel final : public Kernel {
     }
     memory::dims dilations;  // oneDNN counts the gaps: ONNX dilation 1 is oneDNN 0.
     for (int64_t d : window.dilations) dilations.push_back(d - 1);
-    // Activation layouts: a 1x1 (pointwise) convolution is one GEMM over the plain layout and
-    // memory-bound, so reordering its input and output into oneDNN's blocked layout costs more
-    // than it saves (measured 1.2-3x slower on ResNet 1x1 shapes); larger kernels are compute-bound
-    // and the blocked implementation wins (1.2-2.8x on 3x3 shapes, reorders included).
+    // Activation layouts. Plain (no reorders) when the blocked layout does not pay for its reorders:
+    // a 1x1 convolution is one memory-bound GEMM (plain measured 1.2-3x faster on ResNet 1x1
+    // shapes), and a single input channel leaves nothing to block (plain 3.4x faster for a
+    // 1->32 channel 3x3 on 28x28). Otherwise oneDNN picks (format_tag::any): its blocked
+    // implementation was 1.5-3x faster on 3x3 shapes with 3-256 channels, reorders included.
     const bool pointwise = std::all_of(window.kernel.begin(), window.kernel.end(), [](int64_t k) { return k == 1; });
-    const memory::desc any_src =
-        pointwise ? PlainDesc(x.shape(), f32) : memory::desc(ToDnnlDims(x.shape()), f32, memory::format_tag::any);
+    const bool plain_activations = pointwise || x.dim(1) == 1;
+    const auto activation_desc = [&](const Shape& dims) {
+      return plain_activations ? PlainDesc(dims, f32) : memory::desc(ToDnnlDims(dims), f32, memory::format_tag::any);
+    };
+    const memory::desc any_src = activation_desc(x.shape());
     const memory::desc any_weights(ToDnnlDims(weight_dims), f32, memory::format_tag::any);
-    const memory::desc any_dst =
-        pointwise ? PlainDesc(out_shape, f32) : memory::desc(ToDnnlDims(out_shape), f32, memory::format_tag::any);
+    const memory::desc any_dst = activation_desc(out_shape);
     const memory::desc bias = has_bias ? PlainDesc({w.dim(0)}, f32) : memory::desc();
     TRAIND_RETURN_IF_ERROR(CatchDnnlError("Conv", absl::StatusCode::kUnimplemented, [&] {
       dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,

@@ -2,9 +2,9 @@
 // outputs), InstanceNormalization and LayerNormalization (opset 17).
 //
 // All three are memory-bound: each is one parallel loop over independent groups (a channel, an
-// (image, channel) plane, a row) whose inner loops are contiguous and vectorisable. Statistics are
-// two-pass (mean, then mean squared deviation) with double accumulators, so large groups and
-// large means do not lose precision; the variance is the biased one everywhere, as ONNX specifies.
+// (image, channel) plane, a row) whose inner loops are contiguous and vectorisable. Statistics use
+// double accumulators; the variance is the biased one everywhere, as ONNX specifies.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -19,6 +19,7 @@ namespace {
 // Lanes of independent double accumulators: lets the compiler vectorise the reductions.
 constexpr int kLanes = 8;
 
+// Two-pass statistics (Sum for the mean, then SquaredDeviationSum) for groups that fit in cache.
 template <typename T>
 double Sum(const T* p, int64_t n) {
   double partial[kLanes] = {};
@@ -49,6 +50,32 @@ double SquaredDeviationSum(const T* p, int64_t n, double mean) {
   }
   for (int j = 0; j < kLanes; ++j) sum += partial[j];
   return sum;
+}
+
+// Sum and sum of squares in one pass. Used where a group spans many rows that do not stay in cache
+// (BatchNormalization's channels), so a second pass over the data would cost a full extra read.
+// In double, E[x^2] - E[x]^2 loses precision only when |mean| / stddev approaches 1e7.
+template <typename T>
+void AccumulateSumAndSquares(const T* p, int64_t n, double* sum, double* squares) {
+  double partial_sum[kLanes] = {};
+  double partial_squares[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const double v = static_cast<double>(p[i + j]);
+      partial_sum[j] += v;
+      partial_squares[j] += v * v;
+    }
+  }
+  for (; i < n; ++i) {
+    const double v = static_cast<double>(p[i]);
+    *sum += v;
+    *squares += v * v;
+  }
+  for (int j = 0; j < kLanes; ++j) {
+    *sum += partial_sum[j];
+    *squares += partial_squares[j];
+  }
 }
 
 // out[i] = in[i] * scale + shift over a contiguous run.
@@ -135,14 +162,12 @@ class BatchNormKernel final : public Kernel {
       const double momentum = momentum_;
       context.threads().ParallelFor(features, GroupGrain(count), [&](int64_t b, int64_t e) {
         for (int64_t f = b; f < e; ++f) {
-          double sum = 0;
-          for (int64_t n = 0; n < batch; ++n) sum += Sum(in + (n * features + f) * row, row);
-          const double batch_mean = sum / static_cast<double>(count);
-          double squares = 0;
+          double sum = 0, squares = 0;
           for (int64_t n = 0; n < batch; ++n) {
-            squares += SquaredDeviationSum(in + (n * features + f) * row, row, batch_mean);
+            AccumulateSumAndSquares(in + (n * features + f) * row, row, &sum, &squares);
           }
-          const double batch_var = squares / static_cast<double>(count);
+          const double batch_mean = sum / static_cast<double>(count);
+          const double batch_var = std::max(0.0, squares / static_cast<double>(count) - batch_mean * batch_mean);
           running_mean_data[f] = static_cast<T>(mean[f] * momentum + batch_mean * (1.0 - momentum));
           running_var_data[f] = static_cast<T>(var[f] * momentum + batch_var * (1.0 - momentum));
           const double a = scale[f] / std::sqrt(batch_var + epsilon_);
