@@ -52,36 +52,72 @@ double SquaredDeviationSum(const T* p, int64_t n, double mean) {
   return sum;
 }
 
-// Sum and sum of squares in one pass. Used where a group spans many rows that do not stay in cache
-// (BatchNormalization's channels), so a second pass over the data would cost a full extra read.
-// In double, E[x^2] - E[x]^2 loses precision only when |mean| / stddev approaches 1e7.
+// Sum and sum of squares of (p[i] - shift) in one pass, added to *sum and *squares. Used where a
+// group spans many rows that do not stay in cache (BatchNormalization's channels), so a second
+// pass over the data would cost a full extra read. Precision: the caller shifts by a value from
+// the group (so E[d^2] - E[d]^2 does not cancel catastrophically when |mean| >> stddev), and the
+// float lanes are flushed into the double totals every kChunk elements (each lane adds at most
+// kChunk / kFloatLanes values in float).
 template <typename T>
-void AccumulateSumAndSquares(const T* p, int64_t n, double* sum, double* squares) {
-  double partial_sum[kLanes] = {};
-  double partial_squares[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) {
-      const double v = static_cast<double>(p[i + j]);
-      partial_sum[j] += v;
-      partial_squares[j] += v * v;
+void AccumulateShiftedSumAndSquares(const T* p, int64_t n, T shift, double* sum, double* squares) {
+  constexpr int kFloatLanes = 16;
+  constexpr int64_t kChunk = 1024;
+  for (int64_t chunk = 0; chunk < n; chunk += kChunk) {
+    const int64_t end = std::min(n, chunk + kChunk);
+    T partial_sum[kFloatLanes] = {};
+    T partial_squares[kFloatLanes] = {};
+    int64_t i = chunk;
+    for (; i + kFloatLanes <= end; i += kFloatLanes) {
+      for (int j = 0; j < kFloatLanes; ++j) {
+        const T d = p[i + j] - shift;
+        partial_sum[j] += d;
+        partial_squares[j] += d * d;
+      }
     }
-  }
-  for (; i < n; ++i) {
-    const double v = static_cast<double>(p[i]);
-    *sum += v;
-    *squares += v * v;
-  }
-  for (int j = 0; j < kLanes; ++j) {
-    *sum += partial_sum[j];
-    *squares += partial_squares[j];
+    for (; i < end; ++i) {
+      const T d = p[i] - shift;
+      partial_sum[0] += d;
+      partial_squares[0] += d * d;
+    }
+    for (int j = 0; j < kFloatLanes; ++j) {
+      *sum += static_cast<double>(partial_sum[j]);
+      *squares += static_cast<double>(partial_squares[j]);
+    }
   }
 }
 
-// out[i] = in[i] * scale + shift over a contiguous run.
+// out[i] = ((in[i] - center) - center_offset) * scale + shift over a contiguous run: normalises
+// around center + center_offset. Centering before scaling (rather than folding the mean into the
+// shift) keeps precision when |mean| >> stddev; splitting the mean into a value of the data
+// (`center`, so in[i] - center is exact for nearby values) and a small float offset keeps the
+// mean's double precision too.
+//
+// Written as fixed-width blocks plus a tail: at -O2 GCC vectorises only loops whose vector code
+// needs no scalar epilogue, so a plain loop over n stays scalar; the fixed inner block is
+// vectorised (SLP). __restrict: in and out never overlap (outputs never alias inputs here).
 template <typename T>
-inline void ScaleShift(const T* in, T* out, int64_t n, T scale, T shift) {
-  for (int64_t i = 0; i < n; ++i) out[i] = in[i] * scale + shift;
+inline void Normalize(const T* __restrict in, T* __restrict out, int64_t n, T center, T center_offset, T scale,
+                      T shift) {
+  constexpr int kBlock = 16;
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (int j = 0; j < kBlock; ++j) out[i + j] = ((in[i + j] - center) - center_offset) * scale + shift;
+  }
+  for (; i < n; ++i) out[i] = ((in[i] - center) - center_offset) * scale + shift;
+}
+
+// dst[i] = ((src[i] - center) - center_offset) * scale * gamma[i] + beta[i]; blocked like Normalize.
+template <typename T>
+inline void NormalizeAffine(const T* __restrict src, T* __restrict dst, int64_t n, T center, T center_offset, T scale,
+                            const T* __restrict gamma, const T* __restrict beta) {
+  constexpr int kBlock = 16;
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (int j = 0; j < kBlock; ++j) {
+      dst[i + j] = ((src[i + j] - center) - center_offset) * scale * gamma[i + j] + beta[i + j];
+    }
+  }
+  for (; i < n; ++i) dst[i] = ((src[i] - center) - center_offset) * scale * gamma[i] + beta[i];
 }
 
 // Grain (in groups) so that each parallel chunk holds at least kParallelElementThreshold elements.
@@ -144,7 +180,7 @@ class BatchNormKernel final : public Kernel {
           for (int64_t r = b; r < e; ++r) {
             const int64_t f = r % features;
             const T a = static_cast<T>(scale[f] / std::sqrt(static_cast<double>(var[f]) + epsilon_));
-            ScaleShift(in + r * row, out + r * row, row, a, bias[f] - mean[f] * a);
+            Normalize(in + r * row, out + r * row, row, mean[f], T(0), a, bias[f]);
           }
         });
         return absl::OkStatus();
@@ -162,18 +198,20 @@ class BatchNormKernel final : public Kernel {
       const double momentum = momentum_;
       context.threads().ParallelFor(features, GroupGrain(count), [&](int64_t b, int64_t e) {
         for (int64_t f = b; f < e; ++f) {
+          const T shift = in[f * row];  // Any value of the group; see AccumulateShiftedSumAndSquares.
           double sum = 0, squares = 0;
           for (int64_t n = 0; n < batch; ++n) {
-            AccumulateSumAndSquares(in + (n * features + f) * row, row, &sum, &squares);
+            AccumulateShiftedSumAndSquares(in + (n * features + f) * row, row, shift, &sum, &squares);
           }
-          const double batch_mean = sum / static_cast<double>(count);
-          const double batch_var = std::max(0.0, squares / static_cast<double>(count) - batch_mean * batch_mean);
+          const double shifted_mean = sum / static_cast<double>(count);
+          const double batch_mean = shifted_mean + static_cast<double>(shift);
+          const double batch_var = std::max(0.0, squares / static_cast<double>(count) - shifted_mean * shifted_mean);
           running_mean_data[f] = static_cast<T>(mean[f] * momentum + batch_mean * (1.0 - momentum));
           running_var_data[f] = static_cast<T>(var[f] * momentum + batch_var * (1.0 - momentum));
           const double a = scale[f] / std::sqrt(batch_var + epsilon_);
           for (int64_t n = 0; n < batch; ++n) {
             const int64_t offset = (n * features + f) * row;
-            ScaleShift(in + offset, out + offset, row, static_cast<T>(a), static_cast<T>(bias[f] - batch_mean * a));
+            Normalize(in + offset, out + offset, row, shift, static_cast<T>(shifted_mean), static_cast<T>(a), bias[f]);
           }
         }
       });
@@ -221,7 +259,8 @@ class InstanceNormKernel final : public Kernel {
           const double var = SquaredDeviationSum(src, plane, mean) / static_cast<double>(plane);
           const int64_t c = p % channels;
           const double a = scale->data<T>()[c] / std::sqrt(var + epsilon_);
-          ScaleShift(src, out + p * plane, plane, static_cast<T>(a), static_cast<T>(bias->data<T>()[c] - mean * a));
+          Normalize(src, out + p * plane, plane, src[0], static_cast<T>(mean - static_cast<double>(src[0])),
+                    static_cast<T>(a), bias->data<T>()[c]);
         }
       });
       return absl::OkStatus();
@@ -276,15 +315,17 @@ class LayerNormKernel final : public Kernel {
           const double inv_std = 1.0 / std::sqrt(var + epsilon_);
           means[r] = static_cast<float>(mean);
           inv_stds[r] = static_cast<float>(inv_std);
-          const T m = static_cast<T>(mean);
+          // Center on a value of the row plus a small offset, as in Normalize().
+          const T center = src[0];
+          const T offset = static_cast<T>(mean - static_cast<double>(center));
           const T s = static_cast<T>(inv_std);
           if (!scale_is_scalar && beta != nullptr && !bias_is_scalar) {
-            for (int64_t i = 0; i < row; ++i) dst[i] = (src[i] - m) * s * gamma[i] + beta[i];
+            NormalizeAffine(src, dst, row, center, offset, s, gamma, beta);
           } else {
             for (int64_t i = 0; i < row; ++i) {
               const T g = scale_is_scalar ? gamma[0] : gamma[i];
               const T shift = beta == nullptr ? T(0) : bias_is_scalar ? beta[0] : beta[i];
-              dst[i] = (src[i] - m) * s * g + shift;
+              dst[i] = ((src[i] - center) - offset) * s * g + shift;
             }
           }
         }

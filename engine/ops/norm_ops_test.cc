@@ -48,6 +48,38 @@ TEST(BatchNormalizationTest, TrainingModeUsesBatchStatisticsAndBlendsRunningOnes
       .Run();
 }
 
+TEST(BatchNormalizationTest, TrainingStatisticsStayAccurateForLargeMeansAndLongRows) {
+  // Values 5000 + (i % 7) over rows longer than one accumulation chunk: a naive float
+  // E[x^2] - E[x]^2 would lose the variance (about 4) entirely next to x^2 = 2.5e7.
+  const int64_t row = 1500;
+  std::vector<float> x(2 * row);
+  double sum = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = 5000.0f + static_cast<float>(i % 7);
+    sum += x[i];
+  }
+  const double mean = sum / static_cast<double>(x.size());
+  double squares = 0;
+  for (float v : x) squares += (v - mean) * (v - mean);
+  const double var = squares / static_cast<double>(x.size());
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = static_cast<float>((x[i] - mean) / std::sqrt(var));
+  OpTester("BatchNormalization", 15)
+      .AddAttribute("epsilon", 0.0f)
+      .AddAttribute("training_mode", int64_t{1})
+      .AddAttribute("momentum", 0.0f)
+      .AddInput<float>("x", {2, 1, row}, x)
+      .AddInput<float>("scale", {1}, {1})
+      .AddInput<float>("b", {1}, {0})
+      .AddInput<float>("mean", {1}, {0})
+      .AddInput<float>("var", {1}, {1})
+      .AddOutput<float>("y", {2, 1, row}, y)
+      .AddOutput<float>("running_mean", {1}, {static_cast<float>(mean)})
+      .AddOutput<float>("running_var", {1}, {static_cast<float>(var)})
+      .SetTolerance(1e-5, 1e-5)
+      .Run();
+}
+
 TEST(BatchNormalizationTest, LegacyOpset6IsTestAndPerActivationStatistics) {
   // spatial=0: one statistic per (channel, position), parameters shaped [C, L].
   OpTester("BatchNormalization", 6)
