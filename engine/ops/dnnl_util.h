@@ -1,0 +1,101 @@
+// Shared plumbing for kernels that run oneDNN (v2 API) primitives: one CPU engine for the process,
+// one stream per thread, plain-layout memory descriptors for ONNX tensors, a small thread-safe
+// per-shape cache of primitives, and execution with a caller-provided scratchpad.
+//
+// Concurrency: Kernel::Compute is const and may run concurrently. oneDNN primitives are immutable
+// and may execute concurrently, but only if no two executions share a scratchpad; every primitive
+// built here therefore uses scratchpad_mode::user and each execution gets its own pooled buffer.
+#ifndef TRAIND_ENGINE_OPS_DNNL_UTIL_H_
+#define TRAIND_ENGINE_OPS_DNNL_UTIL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "engine/runtime/kernel.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace traind::engine {
+
+// The process-wide oneDNN CPU engine (created on first use).
+const dnnl::engine& DnnlCpuEngine();
+
+// This thread's stream on DnnlCpuEngine(); streams are not shared between threads.
+dnnl::stream& DnnlThreadStream();
+
+// Plain row-major ("abcd...") descriptor for an ONNX tensor of the given dims; rank 1..6.
+dnnl::memory::desc PlainDesc(absl::Span<const int64_t> dims, dnnl::memory::data_type type);
+
+// Attributes every primitive here is created with (user-managed scratchpad, see file comment).
+dnnl::primitive_attr UserScratchpadAttr();
+
+// Runs `fn`, turning a dnnl::error into kUnimplemented (creation: oneDNN has no implementation for
+// this configuration) or kInternal (execution). `what` names the operation for the message.
+absl::Status CatchDnnlError(absl::string_view what, absl::StatusCode code, const std::function<void()>& fn);
+
+// Executes `primitive` on this thread's stream and waits. `scratchpad` (from the primitive
+// descriptor) is allocated from the run's buffer pool when non-empty.
+absl::Status ExecuteDnnl(const dnnl::primitive& primitive, const dnnl::memory::desc& scratchpad,
+                         std::unordered_map<int, dnnl::memory> args, KernelContext& context);
+
+// Wraps a tensor's (or scratch buffer's) memory without copying. oneDNN takes a non-const handle
+// for inputs as well; it never writes a primitive's source arguments.
+dnnl::memory WrapMemory(const dnnl::memory::desc& desc, const void* data);
+
+// A conversion between a plain ONNX layout and the (possibly blocked) layout a primitive chose.
+struct DnnlLayoutChange {
+  dnnl::memory::desc from;
+  dnnl::memory::desc to;
+  dnnl::reorder primitive;
+  dnnl::memory::desc scratchpad;
+};
+
+// nullopt when `from` and `to` already agree. Throws dnnl::error (call inside CatchDnnlError).
+std::optional<DnnlLayoutChange> MakeLayoutChange(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
+
+// Converts `from_data` (laid out as change.from) into `to_data` (change.to).
+absl::Status RunLayoutChange(const DnnlLayoutChange& change, const void* from_data, void* to_data,
+                             KernelContext& context);
+
+// A small cache of per-shape state (primitives and their descriptors) for one kernel instance.
+// Thread-safe; entries are immutable once built and handed out as shared_ptr, so an eviction never
+// invalidates one in use. Bounded: models with ever-changing shapes just rebuild.
+template <typename Entry>
+class DnnlPrimitiveCache {
+ public:
+  using Key = std::vector<int64_t>;
+
+  absl::StatusOr<std::shared_ptr<const Entry>> GetOrCreate(
+      const Key& key, const std::function<absl::StatusOr<std::shared_ptr<const Entry>>()>& build) const {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = entries_.find(key);
+      if (it != entries_.end()) return it->second;
+    }
+    // Built outside the lock: creating a primitive can take milliseconds. Two threads may build
+    // the same entry; the first insert wins and both results are equivalent.
+    absl::StatusOr<std::shared_ptr<const Entry>> entry = build();
+    if (!entry.ok()) return entry.status();
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (entries_.size() >= kMaxEntries) entries_.clear();
+    return entries_.emplace(key, *std::move(entry)).first->second;
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 32;
+  mutable std::mutex mutex_;
+  mutable absl::flat_hash_map<Key, std::shared_ptr<const Entry>> entries_;
+};
+
+}  // namespace traind::engine
+
+#endif  // TRAIND_ENGINE_OPS_DNNL_UTIL_H_

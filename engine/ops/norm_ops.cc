@@ -1,0 +1,421 @@
+// Normalization: BatchNormalization (inference, and opset-14+ training mode with running-stat
+// outputs), InstanceNormalization and LayerNormalization (opset 17).
+//
+// All three are memory-bound: each is one parallel loop over independent groups (a channel, an
+// (image, channel) plane, a row) whose inner loops are contiguous and vectorisable. Statistics use
+// double accumulators; the variance is the biased one everywhere, as ONNX specifies.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/runtime/dispatch.h"
+#include "engine/runtime/kernel.h"
+
+namespace traind::engine {
+namespace {
+
+// Lanes of independent double accumulators: lets the compiler vectorise the reductions.
+constexpr int kLanes = 8;
+
+// Two-pass statistics (Sum for the mean, then SquaredDeviationSum) for groups that fit in cache.
+template <typename T>
+double Sum(const T* p, int64_t n) {
+  double partial[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) partial[j] += static_cast<double>(p[i + j]);
+  }
+  double sum = 0;
+  for (; i < n; ++i) sum += static_cast<double>(p[i]);
+  for (int j = 0; j < kLanes; ++j) sum += partial[j];
+  return sum;
+}
+
+template <typename T>
+double SquaredDeviationSum(const T* p, int64_t n, double mean) {
+  double partial[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const double d = static_cast<double>(p[i + j]) - mean;
+      partial[j] += d * d;
+    }
+  }
+  double sum = 0;
+  for (; i < n; ++i) {
+    const double d = static_cast<double>(p[i]) - mean;
+    sum += d * d;
+  }
+  for (int j = 0; j < kLanes; ++j) sum += partial[j];
+  return sum;
+}
+
+// Sum and sum of squares of (p[i] - shift) in one pass, added to *sum and *squares. Used where a
+// group spans many rows that do not stay in cache (BatchNormalization's channels), so a second
+// pass over the data would cost a full extra read. Precision: the caller shifts by a value from
+// the group (so E[d^2] - E[d]^2 does not cancel catastrophically when |mean| >> stddev), and the
+// float lanes are flushed into the double totals every kChunk elements (each lane adds at most
+// kChunk / kFloatLanes values in float).
+template <typename T>
+void AccumulateShiftedSumAndSquares(const T* p, int64_t n, T shift, double* sum, double* squares) {
+  constexpr int kFloatLanes = 16;
+  constexpr int64_t kChunk = 1024;
+  for (int64_t chunk = 0; chunk < n; chunk += kChunk) {
+    const int64_t end = std::min(n, chunk + kChunk);
+    T partial_sum[kFloatLanes] = {};
+    T partial_squares[kFloatLanes] = {};
+    int64_t i = chunk;
+    for (; i + kFloatLanes <= end; i += kFloatLanes) {
+      for (int j = 0; j < kFloatLanes; ++j) {
+        const T d = p[i + j] - shift;
+        partial_sum[j] += d;
+        partial_squares[j] += d * d;
+      }
+    }
+    for (; i < end; ++i) {
+      const T d = p[i] - shift;
+      partial_sum[0] += d;
+      partial_squares[0] += d * d;
+    }
+    for (int j = 0; j < kFloatLanes; ++j) {
+      *sum += static_cast<double>(partial_sum[j]);
+      *squares += static_cast<double>(partial_squares[j]);
+    }
+  }
+}
+
+// out[i] = ((in[i] - center) - center_offset) * scale + shift over a contiguous run: normalises
+// around center + center_offset. Centering before scaling (rather than folding the mean into the
+// shift) keeps precision when |mean| >> stddev; splitting the mean into a value of the data
+// (`center`, so in[i] - center is exact for nearby values) and a small float offset keeps the
+// mean's double precision too.
+//
+// Written as fixed-width blocks plus a tail: at -O2 GCC vectorises only loops whose vector code
+// needs no scalar epilogue, so a plain loop over n stays scalar; the fixed inner block is
+// vectorised (SLP). __restrict: in and out never overlap (outputs never alias inputs here).
+template <typename T>
+inline void Normalize(const T* __restrict in, T* __restrict out, int64_t n, T center, T center_offset, T scale,
+                      T shift) {
+  constexpr int kBlock = 16;
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (int j = 0; j < kBlock; ++j) out[i + j] = ((in[i + j] - center) - center_offset) * scale + shift;
+  }
+  for (; i < n; ++i) out[i] = ((in[i] - center) - center_offset) * scale + shift;
+}
+
+// dst[i] = ((src[i] - center) - center_offset) * scale * gamma[i] + beta[i]; blocked like Normalize.
+template <typename T>
+inline void NormalizeAffine(const T* __restrict src, T* __restrict dst, int64_t n, T center, T center_offset, T scale,
+                            const T* __restrict gamma, const T* __restrict beta) {
+  constexpr int kBlock = 16;
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    for (int j = 0; j < kBlock; ++j) {
+      dst[i + j] = ((src[i + j] - center) - center_offset) * scale * gamma[i + j] + beta[i + j];
+    }
+  }
+  for (; i < n; ++i) dst[i] = ((src[i] - center) - center_offset) * scale * gamma[i] + beta[i];
+}
+
+// Grain (in groups) so that each parallel chunk holds at least kParallelElementThreshold elements.
+int64_t GroupGrain(int64_t group_size) {
+  return std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, group_size));
+}
+
+absl::Status CheckVector(const char* op, const char* what, const Tensor* t, const Tensor& x, int64_t size) {
+  if (t->dtype() != x.dtype()) {
+    return absl::UnimplementedError(
+        absl::StrCat(op, ": ", what, " dtype ", DataTypeName(t->dtype()), " differs from the input's"));
+  }
+  if (t->num_elements() != size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", what, " ", t->DebugString(), " must have ", size, " elements"));
+  }
+  return absl::OkStatus();
+}
+
+// ------------------------------------------------------------------------------------------------
+// BatchNormalization
+
+class BatchNormKernel final : public Kernel {
+ public:
+  // `spatial` false (opsets 6-8): statistics per (channel, spatial position), i.e. the parameters
+  // cover all of [C, D1, ...].
+  BatchNormKernel(float epsilon, float momentum, bool training, bool spatial)
+      : epsilon_(epsilon), momentum_(momentum), training_(training), spatial_(spatial) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
+    const Tensor* params[4];
+    for (int i = 0; i < 4; ++i) {
+      TRAIND_ASSIGN_OR_RETURN(params[i], context.RequiredInput(i + 1));
+    }
+    if (x->rank() < 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("BatchNormalization: input must be [N, C, ...], got ", x->DebugString()));
+    }
+    // Rows of `inner` contiguous elements; row r belongs to feature r % features.
+    const int64_t batch = x->dim(0);
+    const int64_t inner = DimProduct(x->shape(), 2, x->shape().size());
+    const int64_t features = spatial_ ? x->dim(1) : x->dim(1) * inner;
+    const int64_t row = spatial_ ? inner : 1;
+    static const char* const kNames[] = {"scale", "B", "input_mean", "input_var"};
+    for (int i = 0; i < 4; ++i) {
+      TRAIND_RETURN_IF_ERROR(CheckVector("BatchNormalization", kNames[i], params[i], *x, features));
+    }
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "BatchNormalization", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), x->shape()));
+      const T* in = x->data<T>();
+      T* out = y->mutable_data<T>();
+      const T* scale = params[0]->data<T>();
+      const T* bias = params[1]->data<T>();
+      const T* mean = params[2]->data<T>();
+      const T* var = params[3]->data<T>();
+      if (!training_) {
+        context.threads().ParallelFor(batch * features, GroupGrain(row), [&](int64_t b, int64_t e) {
+          for (int64_t r = b; r < e; ++r) {
+            const int64_t f = r % features;
+            const T a = static_cast<T>(scale[f] / std::sqrt(static_cast<double>(var[f]) + epsilon_));
+            Normalize(in + r * row, out + r * row, row, mean[f], T(0), a, bias[f]);
+          }
+        });
+        return absl::OkStatus();
+      }
+      // Training mode: normalise with this batch's statistics and blend them into the running
+      // ones: running = input * momentum + batch * (1 - momentum).
+      TRAIND_ASSIGN_OR_RETURN(Tensor * running_mean, context.AllocateOutput(1, x->dtype(), params[2]->shape()));
+      TRAIND_ASSIGN_OR_RETURN(Tensor * running_var, context.AllocateOutput(2, x->dtype(), params[3]->shape()));
+      T* running_mean_data = running_mean->mutable_data<T>();
+      T* running_var_data = running_var->mutable_data<T>();
+      const int64_t count = batch * row;
+      if (count == 0) {
+        return absl::InvalidArgumentError("BatchNormalization: training mode on an empty batch");
+      }
+      const double momentum = momentum_;
+      context.threads().ParallelFor(features, GroupGrain(count), [&](int64_t b, int64_t e) {
+        for (int64_t f = b; f < e; ++f) {
+          const T shift = in[f * row];  // Any value of the group; see AccumulateShiftedSumAndSquares.
+          double sum = 0, squares = 0;
+          for (int64_t n = 0; n < batch; ++n) {
+            AccumulateShiftedSumAndSquares(in + (n * features + f) * row, row, shift, &sum, &squares);
+          }
+          const double shifted_mean = sum / static_cast<double>(count);
+          const double batch_mean = shifted_mean + static_cast<double>(shift);
+          const double batch_var = std::max(0.0, squares / static_cast<double>(count) - shifted_mean * shifted_mean);
+          running_mean_data[f] = static_cast<T>(mean[f] * momentum + batch_mean * (1.0 - momentum));
+          running_var_data[f] = static_cast<T>(var[f] * momentum + batch_var * (1.0 - momentum));
+          const double a = scale[f] / std::sqrt(batch_var + epsilon_);
+          for (int64_t n = 0; n < batch; ++n) {
+            const int64_t offset = (n * features + f) * row;
+            Normalize(in + offset, out + offset, row, shift, static_cast<T>(shifted_mean), static_cast<T>(a), bias[f]);
+          }
+        }
+      });
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  float epsilon_;
+  float momentum_;
+  bool training_;
+  bool spatial_;
+};
+
+// ------------------------------------------------------------------------------------------------
+// InstanceNormalization
+
+class InstanceNormKernel final : public Kernel {
+ public:
+  explicit InstanceNormKernel(float epsilon) : epsilon_(epsilon) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* scale, context.RequiredInput(1));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* bias, context.RequiredInput(2));
+    if (x->rank() < 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InstanceNormalization: input must be [N, C, spatial...], got ", x->DebugString()));
+    }
+    const int64_t channels = x->dim(1);
+    TRAIND_RETURN_IF_ERROR(CheckVector("InstanceNormalization", "scale", scale, *x, channels));
+    TRAIND_RETURN_IF_ERROR(CheckVector("InstanceNormalization", "B", bias, *x, channels));
+    const int64_t planes = x->dim(0) * channels;
+    const int64_t plane = DimProduct(x->shape(), 2, x->shape().size());
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "InstanceNormalization", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), x->shape()));
+      if (plane == 0) return absl::OkStatus();
+      const T* in = x->data<T>();
+      T* out = y->mutable_data<T>();
+      context.threads().ParallelFor(planes, GroupGrain(plane), [&](int64_t b, int64_t e) {
+        for (int64_t p = b; p < e; ++p) {
+          const T* src = in + p * plane;
+          const double mean = Sum(src, plane) / static_cast<double>(plane);
+          const double var = SquaredDeviationSum(src, plane, mean) / static_cast<double>(plane);
+          const int64_t c = p % channels;
+          const double a = scale->data<T>()[c] / std::sqrt(var + epsilon_);
+          Normalize(src, out + p * plane, plane, src[0], static_cast<T>(mean - static_cast<double>(src[0])),
+                    static_cast<T>(a), bias->data<T>()[c]);
+        }
+      });
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  float epsilon_;
+};
+
+// ------------------------------------------------------------------------------------------------
+// LayerNormalization
+
+class LayerNormKernel final : public Kernel {
+ public:
+  LayerNormKernel(int64_t axis, float epsilon) : axis_(axis), epsilon_(epsilon) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* scale, context.RequiredInput(1));
+    const Tensor* bias = context.input(2);
+    TRAIND_ASSIGN_OR_RETURN(const int64_t axis, NormalizeAxis(axis_, x->rank()));
+    const Shape normalized(x->shape().begin() + axis, x->shape().end());
+    const int64_t rows = DimProduct(x->shape(), 0, static_cast<size_t>(axis));
+    const int64_t row = DimProduct(x->shape(), static_cast<size_t>(axis), x->shape().size());
+    TRAIND_ASSIGN_OR_RETURN(const bool scale_is_scalar, CheckParameter("Scale", *scale, *x, normalized));
+    bool bias_is_scalar = false;
+    if (bias != nullptr) {
+      TRAIND_ASSIGN_OR_RETURN(bias_is_scalar, CheckParameter("B", *bias, *x, normalized));
+    }
+    // Mean and InvStdDev keep the reduced dims as 1s; stash_type 1 makes them float.
+    Shape stat_shape = x->shape();
+    for (size_t d = static_cast<size_t>(axis); d < stat_shape.size(); ++d) stat_shape[d] = 1;
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "LayerNormalization", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), x->shape()));
+      TRAIND_ASSIGN_OR_RETURN(Tensor * mean_out, context.AllocateOutput(1, DataType::kFloat32, stat_shape));
+      TRAIND_ASSIGN_OR_RETURN(Tensor * inv_std_out, context.AllocateOutput(2, DataType::kFloat32, stat_shape));
+      if (row == 0) return absl::OkStatus();
+      const T* in = x->data<T>();
+      T* out = y->mutable_data<T>();
+      const T* gamma = scale->data<T>();
+      const T* beta = bias == nullptr ? nullptr : bias->data<T>();
+      float* means = mean_out->mutable_data<float>();
+      float* inv_stds = inv_std_out->mutable_data<float>();
+      context.threads().ParallelFor(rows, GroupGrain(row), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          const T* src = in + r * row;
+          T* dst = out + r * row;
+          const double mean = Sum(src, row) / static_cast<double>(row);
+          const double var = SquaredDeviationSum(src, row, mean) / static_cast<double>(row);
+          const double inv_std = 1.0 / std::sqrt(var + epsilon_);
+          means[r] = static_cast<float>(mean);
+          inv_stds[r] = static_cast<float>(inv_std);
+          // Center on a value of the row plus a small offset, as in Normalize().
+          const T center = src[0];
+          const T offset = static_cast<T>(mean - static_cast<double>(center));
+          const T s = static_cast<T>(inv_std);
+          if (!scale_is_scalar && beta != nullptr && !bias_is_scalar) {
+            NormalizeAffine(src, dst, row, center, offset, s, gamma, beta);
+          } else {
+            for (int64_t i = 0; i < row; ++i) {
+              const T g = scale_is_scalar ? gamma[0] : gamma[i];
+              const T shift = beta == nullptr ? T(0) : bias_is_scalar ? beta[0] : beta[i];
+              dst[i] = ((src[i] - center) - offset) * s * g + shift;
+            }
+          }
+        }
+      });
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  // Scale and B broadcast to the normalized shape X.shape[axis:]. Supported: one element (true),
+  // or the full normalized shape up to leading 1s (false); other broadcasts are kUnimplemented.
+  static absl::StatusOr<bool> CheckParameter(const char* what, const Tensor& t, const Tensor& x,
+                                             const Shape& normalized) {
+    if (t.dtype() != x.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat("LayerNormalization: ", what, " dtype differs from X"));
+    }
+    const Shape* shapes[] = {&t.shape(), &normalized};
+    auto broadcast = BroadcastShapes(shapes);
+    if (!broadcast.ok() || *broadcast != normalized) {
+      return absl::InvalidArgumentError(absl::StrCat("LayerNormalization: ", what, " ", t.DebugString(),
+                                                     " does not broadcast to ", ShapeToString(normalized)));
+    }
+    if (t.num_elements() == 1) return true;
+    if (t.num_elements() == DimProduct(normalized, 0, normalized.size())) return false;
+    return absl::UnimplementedError(
+        absl::StrCat("LayerNormalization: partial broadcast of ", what, " ", t.DebugString()));
+  }
+
+  int64_t axis_;
+  float epsilon_;
+};
+
+absl::StatusOr<float> ParseEpsilon(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(float epsilon, init.GetFloat("epsilon", 1e-5f));
+  if (!(epsilon >= 0.0f) || !std::isfinite(epsilon)) {
+    return init.Error(absl::StrCat("attribute 'epsilon' must be finite and >= 0, got ", epsilon));
+  }
+  return epsilon;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateBatchNormalizationKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(float epsilon, ParseEpsilon(init));
+  TRAIND_ASSIGN_OR_RETURN(float momentum, init.GetFloat("momentum", 0.9f));
+  if (!std::isfinite(momentum)) return init.Error("attribute 'momentum' must be finite");
+  bool training = false;
+  if (init.opset() >= 14) {
+    TRAIND_ASSIGN_OR_RETURN(int64_t training_mode, init.GetInt("training_mode", 0));
+    if (training_mode != 0 && training_mode != 1) {
+      return init.Error(absl::StrCat("attribute 'training_mode' must be 0 or 1, got ", training_mode));
+    }
+    training = training_mode == 1;
+    if (!training && init.num_outputs() > 1) {
+      return init.Error("running_mean / running_var outputs need training_mode=1");
+    }
+  } else {
+    // Before opset 14 the training form is chosen by the extra outputs (mean, var, saved_mean,
+    // saved_var), or by is_test=0 in opset 6; only the inference form is implemented.
+    int64_t is_test = 1;
+    if (init.opset() < 7) {
+      TRAIND_ASSIGN_OR_RETURN(is_test, init.GetInt("is_test", 0));
+    }
+    if (init.num_outputs() > 1 || is_test == 0) {
+      return init.Unsupported("training-mode BatchNormalization before opset 14");
+    }
+  }
+  int64_t spatial = 1;
+  if (init.opset() < 9) {
+    TRAIND_ASSIGN_OR_RETURN(spatial, init.GetInt("spatial", 1));
+    if (spatial != 0 && spatial != 1) {
+      return init.Error(absl::StrCat("attribute 'spatial' must be 0 or 1, got ", spatial));
+    }
+  }
+  return std::unique_ptr<Kernel>(new BatchNormKernel(epsilon, momentum, training, spatial == 1));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateInstanceNormalizationKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(float epsilon, ParseEpsilon(init));
+  return std::unique_ptr<Kernel>(new InstanceNormKernel(epsilon));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateLayerNormalizationKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", -1));
+  TRAIND_ASSIGN_OR_RETURN(float epsilon, ParseEpsilon(init));
+  TRAIND_ASSIGN_OR_RETURN(int64_t stash_type, init.GetInt("stash_type", 1));
+  if (stash_type != 1) {
+    return init.Unsupported(absl::StrCat("stash_type ", stash_type, " (only 1, float)"));
+  }
+  return std::unique_ptr<Kernel>(new LayerNormKernel(axis, epsilon));
+}
+
+}  // namespace traind::engine

@@ -1,0 +1,200 @@
+#include <cmath>
+
+#include "engine/testing/op_tester.h"
+#include "gtest/gtest.h"
+
+namespace traind::engine {
+namespace {
+
+using testing::OpTester;
+
+TEST(BatchNormalizationTest, InferencePerChannel) {
+  // Channel 0: (x - 1) / 2; channel 1: 2 * (x - 3) + 1.
+  OpTester("BatchNormalization", 15)
+      .AddAttribute("epsilon", 0.0f)
+      .AddInput<float>("x", {1, 2, 1, 2}, {1, 2, 3, 4})
+      .AddInput<float>("scale", {2}, {1, 2})
+      .AddInput<float>("b", {2}, {0, 1})
+      .AddInput<float>("mean", {2}, {1, 3})
+      .AddInput<float>("var", {2}, {4, 1})
+      .AddOutput<float>("y", {1, 2, 1, 2}, {0, 0.5, 1, 3})
+      .Run();
+  // Rank 2 input (no spatial dims), double, default epsilon.
+  const double eps = 1e-5;
+  OpTester("BatchNormalization", 9)
+      .AddInput<double>("x", {2, 1}, {1, 3})
+      .AddInput<double>("scale", {1}, {1})
+      .AddInput<double>("b", {1}, {0})
+      .AddInput<double>("mean", {1}, {2})
+      .AddInput<double>("var", {1}, {1})
+      .AddOutput<double>("y", {2, 1}, {-1 / std::sqrt(1 + eps), 1 / std::sqrt(1 + eps)})
+      .Run();
+}
+
+TEST(BatchNormalizationTest, TrainingModeUsesBatchStatisticsAndBlendsRunningOnes) {
+  // One channel holding 1, 2, 3, 6: batch mean 3, biased variance 3.5.
+  const float inv_std = 1.0f / std::sqrt(3.5f);
+  OpTester("BatchNormalization", 15)
+      .AddAttribute("epsilon", 0.0f)
+      .AddAttribute("training_mode", int64_t{1})
+      .AddInput<float>("x", {2, 1, 2}, {1, 2, 3, 6})
+      .AddInput<float>("scale", {1}, {1})
+      .AddInput<float>("b", {1}, {0})
+      .AddInput<float>("mean", {1}, {0})
+      .AddInput<float>("var", {1}, {1})
+      .AddOutput<float>("y", {2, 1, 2}, {-2 * inv_std, -inv_std, 0, 3 * inv_std})
+      .AddOutput<float>("running_mean", {1}, {0.3f})  // 0 * 0.9 + 3 * 0.1
+      .AddOutput<float>("running_var", {1}, {1.25f})  // 1 * 0.9 + 3.5 * 0.1
+      .Run();
+}
+
+TEST(BatchNormalizationTest, TrainingStatisticsStayAccurateForLargeMeansAndLongRows) {
+  // Values 5000 + (i % 7) over rows longer than one accumulation chunk: a naive float
+  // E[x^2] - E[x]^2 would lose the variance (about 4) entirely next to x^2 = 2.5e7.
+  const int64_t row = 1500;
+  std::vector<float> x(2 * row);
+  double sum = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = 5000.0f + static_cast<float>(i % 7);
+    sum += x[i];
+  }
+  const double mean = sum / static_cast<double>(x.size());
+  double squares = 0;
+  for (float v : x) squares += (v - mean) * (v - mean);
+  const double var = squares / static_cast<double>(x.size());
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = static_cast<float>((x[i] - mean) / std::sqrt(var));
+  OpTester("BatchNormalization", 15)
+      .AddAttribute("epsilon", 0.0f)
+      .AddAttribute("training_mode", int64_t{1})
+      .AddAttribute("momentum", 0.0f)
+      .AddInput<float>("x", {2, 1, row}, x)
+      .AddInput<float>("scale", {1}, {1})
+      .AddInput<float>("b", {1}, {0})
+      .AddInput<float>("mean", {1}, {0})
+      .AddInput<float>("var", {1}, {1})
+      .AddOutput<float>("y", {2, 1, row}, y)
+      .AddOutput<float>("running_mean", {1}, {static_cast<float>(mean)})
+      .AddOutput<float>("running_var", {1}, {static_cast<float>(var)})
+      .SetTolerance(1e-5, 1e-5)
+      .Run();
+}
+
+TEST(BatchNormalizationTest, LegacyOpset6IsTestAndPerActivationStatistics) {
+  // spatial=0: one statistic per (channel, position), parameters shaped [C, L].
+  OpTester("BatchNormalization", 6)
+      .AddAttribute("is_test", int64_t{1})
+      .AddAttribute("spatial", int64_t{0})
+      .AddAttribute("epsilon", 0.0f)
+      .AddInput<float>("x", {1, 2, 2}, {5, 5, 5, 5})
+      .AddInput<float>("scale", {2, 2}, {1, 1, 1, 1})
+      .AddInput<float>("b", {2, 2}, {0, 0, 0, 0})
+      .AddInput<float>("mean", {2, 2}, {0, 1, 2, 3})
+      .AddInput<float>("var", {2, 2}, {1, 1, 1, 1})
+      .AddOutput<float>("y", {1, 2, 2}, {5, 4, 3, 2})
+      .Run();
+}
+
+OpTester BatchNormOneChannel(int opset) {
+  OpTester tester("BatchNormalization", opset);
+  tester.AddInput<float>("x", {1, 1, 1}, {1})
+      .AddInput<float>("scale", {1}, {1})
+      .AddInput<float>("b", {1}, {0})
+      .AddInput<float>("mean", {1}, {0})
+      .AddInput<float>("var", {1}, {1})
+      .AddOutput<float>("y", {1, 1, 1}, {1});
+  return tester;
+}
+
+TEST(BatchNormalizationTest, UnsupportedModesAndBadAttributes) {
+  auto code = [](OpTester tester) { return tester.RunRaw().status().code(); };
+  EXPECT_EQ(code(BatchNormOneChannel(6).AddAttribute("is_test", int64_t{0})), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(code(BatchNormOneChannel(9).AddOutput<float>("out_mean", {1}, {0}).AddOutput<float>("out_var", {1}, {1})),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(code(BatchNormOneChannel(15).AddAttribute("training_mode", int64_t{2})),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(BatchNormOneChannel(15).AddOutput<float>("out_mean", {1}, {0}).AddOutput<float>("out_var", {1}, {1})),
+            absl::StatusCode::kInvalidArgument);  // Running stats need training_mode=1.
+  EXPECT_EQ(code(BatchNormOneChannel(15).AddAttribute("epsilon", -1.0f)), absl::StatusCode::kInvalidArgument);
+  // Parameters with the wrong channel count.
+  EXPECT_EQ(code(OpTester("BatchNormalization", 15)
+                     .AddInput<float>("x", {1, 2}, {1, 2})
+                     .AddInput<float>("scale", {1}, {1})
+                     .AddInput<float>("b", {2}, {0, 0})
+                     .AddInput<float>("mean", {2}, {0, 0})
+                     .AddInput<float>("var", {2}, {1, 1})
+                     .AddOutput<float>("y", {1, 2}, {1, 2})),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(InstanceNormalizationTest, PerImagePerChannelStatistics) {
+  // Image 0 channel 0 holds 1, 3 (mean 2, variance 1); channel 1 is constant (variance 0).
+  const float eps = 1e-5f;
+  const float a = 1.0f / std::sqrt(1.0f + eps);
+  OpTester("InstanceNormalization", 6)
+      .AddInput<float>("x", {2, 2, 2}, {1, 3, 2, 2, 0, 4, 7, 9})
+      .AddInput<float>("scale", {2}, {2, 1})
+      .AddInput<float>("b", {2}, {1, 5})
+      .AddOutput<float>("y", {2, 2, 2},
+                        {1 - 2 * a, 1 + 2 * a, 5, 5, 1 - 2 * std::sqrt(4 / (4 + eps)), 1 + 2 * std::sqrt(4 / (4 + eps)),
+                         5 - a, 5 + a})
+      .Run();
+  EXPECT_EQ(OpTester("InstanceNormalization", 6)
+                .AddInput<float>("x", {1, 2, 1}, {1, 2})
+                .AddInput<float>("scale", {1}, {1})
+                .AddInput<float>("b", {2}, {0, 0})
+                .AddOutput<float>("y", {1, 2, 1}, {0, 0})
+                .RunRaw()
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LayerNormalizationTest, LastAxisWithMeanAndInvStdDevOutputs) {
+  // Rows [1, 3] (mean 2, std 1) and [2, 6] (mean 4, std 2) both normalise to [-1, 1].
+  OpTester("LayerNormalization", 17)
+      .AddAttribute("epsilon", 0.0f)
+      .AddInput<float>("x", {2, 2}, {1, 3, 2, 6})
+      .AddInput<float>("scale", {2}, {1, 2})
+      .AddInput<float>("b", {2}, {0, 1})
+      .AddOutput<float>("y", {2, 2}, {-1, 3, -1, 3})
+      .AddOutput<float>("mean", {2, 1}, {2, 4})
+      .AddOutput<float>("inv_std", {2, 1}, {1, 0.5})
+      .Run();
+}
+
+TEST(LayerNormalizationTest, AxisZeroScalarScaleNoBiasDouble) {
+  // All four values together: mean 3, variance 3.5.
+  const double inv_std = 1 / std::sqrt(3.5);
+  OpTester("LayerNormalization", 17)
+      .AddAttribute("axis", int64_t{0})
+      .AddAttribute("epsilon", 0.0f)
+      .AddInput<double>("x", {2, 2}, {1, 2, 3, 6})
+      .AddInput<double>("scale", {1}, {2})
+      .AddOutput<double>("y", {2, 2}, {-4 * inv_std, -2 * inv_std, 0, 6 * inv_std})
+      .Run();
+}
+
+TEST(LayerNormalizationTest, BadAxisScaleAndStashType) {
+  auto code = [](OpTester tester) { return tester.RunRaw().status().code(); };
+  EXPECT_EQ(code(OpTester("LayerNormalization", 17)
+                     .AddAttribute("axis", int64_t{2})
+                     .AddInput<float>("x", {1, 2}, {1, 2})
+                     .AddInput<float>("scale", {2}, {1, 1})
+                     .AddOutput<float>("y", {1, 2}, {-1, 1})),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(OpTester("LayerNormalization", 17)
+                     .AddInput<float>("x", {1, 2}, {1, 2})
+                     .AddInput<float>("scale", {3}, {1, 1, 1})
+                     .AddOutput<float>("y", {1, 2}, {-1, 1})),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(OpTester("LayerNormalization", 17)
+                     .AddAttribute("stash_type", int64_t{11})
+                     .AddInput<float>("x", {1, 2}, {1, 2})
+                     .AddInput<float>("scale", {2}, {1, 1})
+                     .AddOutput<float>("y", {1, 2}, {-1, 1})),
+            absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace traind::engine

@@ -1,0 +1,387 @@
+// Pooling: MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool.
+//
+// MaxPool / AveragePool run oneDNN's pooling primitive (plain NC[D]HW in and out, cached per input
+// shape) whenever it computes exactly what ONNX asks for; otherwise, and for the optional Indices
+// output, a direct loop over 1-3 spatial dims. The direct loop is also the fallback when oneDNN
+// declines a configuration (for example padding wider than the kernel). Global pools are one
+// vectorised reduction per (image, channel) plane.
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/ops/dnnl_util.h"
+#include "engine/ops/spatial_attributes.h"
+#include "engine/runtime/dispatch.h"
+#include "engine/runtime/kernel.h"
+
+namespace traind::engine {
+namespace {
+
+using dnnl::memory;
+
+enum class PoolKind { kMax, kAverage };
+
+// A window geometry padded to exactly 3 spatial dims with leading unit dims, so one loop nest
+// serves 1-D, 2-D and 3-D pooling.
+struct Window3 {
+  int64_t input[3], output[3], kernel[3], strides[3], dilations[3], pad_begin[3], pad_end[3];
+
+  explicit Window3(const WindowGeometry& g) {
+    const size_t lead = 3 - g.rank();  // Unit dims in front of the real spatial dims.
+    for (size_t j = 0; j < lead; ++j) {
+      input[j] = output[j] = kernel[j] = strides[j] = dilations[j] = 1;
+      pad_begin[j] = pad_end[j] = 0;
+    }
+    for (size_t i = 0; i < g.rank(); ++i) {
+      input[lead + i] = g.input[i];
+      output[lead + i] = g.output[i];
+      kernel[lead + i] = g.kernel[i];
+      strides[lead + i] = g.strides[i];
+      dilations[lead + i] = g.dilations[i];
+      pad_begin[lead + i] = g.pad_begin[i];
+      pad_end[lead + i] = g.pad_end[i];
+    }
+  }
+  int64_t input_size() const { return input[0] * input[1] * input[2]; }
+  int64_t output_size() const { return output[0] * output[1] * output[2]; }
+};
+
+// The kernel taps of output position `o` along one dim whose input coordinate lies in
+// [low, high): taps [*first, *last). Tap t reads coordinate o * stride - pad_begin + t * dilation.
+inline void TapRange(int64_t o, int64_t stride, int64_t pad_begin, int64_t kernel, int64_t dilation, int64_t low,
+                     int64_t high, int64_t* first, int64_t* last) {
+  const int64_t start = o * stride - pad_begin;
+  // Smallest tap at or past `low`, and smallest tap at or past `high` (ceiling divisions).
+  const int64_t begin_tap = start >= low ? 0 : (low - start + dilation - 1) / dilation;
+  const int64_t end_tap = start >= high ? 0 : (high - start + dilation - 1) / dilation;
+  *first = std::min(begin_tap, kernel);
+  *last = std::max(std::min(end_tap, kernel), *first);
+}
+
+// Direct pooling over every (image, channel) plane. `indices` (MaxPool only) may be null.
+template <typename T>
+void PoolReference(PoolKind kind, bool count_include_pad, bool column_major_indices, const Window3& w, int64_t planes,
+                   const T* in, T* out, int64_t* indices, ThreadPool& threads) {
+  const int64_t in_size = w.input_size();
+  const int64_t out_size = w.output_size();
+  // Reads per plane, in double: a hostile kernel_shape can make the integer product overflow.
+  double taps_per_output = 1;
+  for (int j = 0; j < 3; ++j) taps_per_output *= static_cast<double>(std::min(w.kernel[j], w.input[j]));
+  const double work_per_plane = std::max(1.0, static_cast<double>(out_size) * taps_per_output);
+  const int64_t grain = static_cast<int64_t>(std::max(1.0, kParallelElementThreshold / work_per_plane));
+  threads.ParallelFor(planes, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const T* src = in + plane * in_size;
+      T* dst = out + plane * out_size;
+      int64_t* dst_index = indices == nullptr ? nullptr : indices + plane * out_size;
+      int64_t o = 0;
+      for (int64_t od = 0; od < w.output[0]; ++od) {
+        int64_t d0, d1;
+        TapRange(od, w.strides[0], w.pad_begin[0], w.kernel[0], w.dilations[0], 0, w.input[0], &d0, &d1);
+        for (int64_t oh = 0; oh < w.output[1]; ++oh) {
+          int64_t h0, h1;
+          TapRange(oh, w.strides[1], w.pad_begin[1], w.kernel[1], w.dilations[1], 0, w.input[1], &h0, &h1);
+          for (int64_t ow = 0; ow < w.output[2]; ++ow, ++o) {
+            int64_t w0, w1;
+            TapRange(ow, w.strides[2], w.pad_begin[2], w.kernel[2], w.dilations[2], 0, w.input[2], &w0, &w1);
+            const int64_t sd = od * w.strides[0] - w.pad_begin[0];
+            const int64_t sh = oh * w.strides[1] - w.pad_begin[1];
+            const int64_t sw = ow * w.strides[2] - w.pad_begin[2];
+            if (kind == PoolKind::kMax) {
+              T best = std::numeric_limits<T>::lowest();
+              int64_t best_offset = -1;
+              for (int64_t kd = d0; kd < d1; ++kd) {
+                const int64_t id = sd + kd * w.dilations[0];
+                for (int64_t kh = h0; kh < h1; ++kh) {
+                  const int64_t ih = sh + kh * w.dilations[1];
+                  const T* row = src + (id * w.input[1] + ih) * w.input[2];
+                  for (int64_t kw = w0; kw < w1; ++kw) {
+                    const int64_t iw = sw + kw * w.dilations[2];
+                    // Strictly greater: the first maximum wins, as in the ONNX reference.
+                    if (row[iw] > best || best_offset < 0) {
+                      best = row[iw];
+                      best_offset = column_major_indices ? id + w.input[0] * (ih + w.input[1] * iw)
+                                                         : (id * w.input[1] + ih) * w.input[2] + iw;
+                    }
+                  }
+                }
+              }
+              dst[o] = best;
+              if (dst_index != nullptr) {
+                dst_index[o] = best_offset < 0 ? -1 : plane * in_size + best_offset;
+              }
+            } else {
+              double sum = 0;
+              for (int64_t kd = d0; kd < d1; ++kd) {
+                const int64_t id = sd + kd * w.dilations[0];
+                for (int64_t kh = h0; kh < h1; ++kh) {
+                  const int64_t ih = sh + kh * w.dilations[1];
+                  const T* row = src + (id * w.input[1] + ih) * w.input[2];
+                  for (int64_t kw = w0; kw < w1; ++kw) sum += row[sw + kw * w.dilations[2]];
+                }
+              }
+              int64_t count = (d1 - d0) * (h1 - h0) * (w1 - w0);
+              if (count_include_pad) {
+                // Taps inside the padded input count; taps past the end padding (ceil_mode) do not.
+                int64_t pd0, pd1, ph0, ph1, pw0, pw1;
+                TapRange(od, w.strides[0], w.pad_begin[0], w.kernel[0], w.dilations[0], -w.pad_begin[0],
+                         w.input[0] + w.pad_end[0], &pd0, &pd1);
+                TapRange(oh, w.strides[1], w.pad_begin[1], w.kernel[1], w.dilations[1], -w.pad_begin[1],
+                         w.input[1] + w.pad_end[1], &ph0, &ph1);
+                TapRange(ow, w.strides[2], w.pad_begin[2], w.kernel[2], w.dilations[2], -w.pad_begin[2],
+                         w.input[2] + w.pad_end[2], &pw0, &pw1);
+                count = (pd1 - pd0) * (ph1 - ph0) * (pw1 - pw0);
+              }
+              dst[o] = count == 0 ? T(0) : static_cast<T>(sum / static_cast<double>(count));
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// oneDNN's pooling for one input shape; `primitive` unset when oneDNN declined the configuration.
+struct PoolPlan {
+  std::optional<dnnl::pooling_v2_forward> primitive;
+  memory::desc src, dst, scratchpad;
+};
+
+std::optional<memory::data_type> DnnlTypeOf(DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return memory::data_type::f32;
+    case DataType::kUint8:
+      return memory::data_type::u8;
+    case DataType::kInt8:
+      return memory::data_type::s8;
+    default:
+      return std::nullopt;
+  }
+}
+
+class PoolKernel final : public Kernel {
+ public:
+  PoolKernel(PoolKind kind, SpatialAttributes attributes, bool ceil_mode, bool count_include_pad,
+             bool column_major_indices)
+      : kind_(kind),
+        attributes_(std::move(attributes)),
+        ceil_mode_(ceil_mode),
+        count_include_pad_(count_include_pad),
+        column_major_indices_(column_major_indices) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    const char* name = kind_ == PoolKind::kMax ? "MaxPool" : "AveragePool";
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
+    if (x->rank() < 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": input must be [N, C, spatial...], got ", x->DebugString()));
+    }
+    const std::vector<int64_t> spatial(x->shape().begin() + 2, x->shape().end());
+    if (attributes_.kernel_shape.size() != spatial.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": kernel_shape has ", attributes_.kernel_shape.size(),
+                                                     " dims for input ", x->DebugString()));
+    }
+    if (spatial.size() > 3) return absl::UnimplementedError("pooling over more than 3 dims");
+    TRAIND_ASSIGN_OR_RETURN(WindowGeometry geometry,
+                            ResolveForwardWindow(attributes_, spatial, attributes_.kernel_shape, ceil_mode_));
+    Shape out_shape = {x->dim(0), x->dim(1)};
+    out_shape.insert(out_shape.end(), geometry.output.begin(), geometry.output.end());
+    const bool wants_indices = kind_ == PoolKind::kMax && context.wants_output(1);
+
+    auto run = [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), out_shape));
+      Tensor* indices = nullptr;
+      if (wants_indices) {
+        TRAIND_ASSIGN_OR_RETURN(indices, context.AllocateOutput(1, DataType::kInt64, out_shape));
+      }
+      if (y->num_elements() == 0) return absl::OkStatus();
+      if (!wants_indices) {
+        TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<const PoolPlan> plan, DnnlPlan(*x, geometry, out_shape));
+        if (plan != nullptr && plan->primitive) {
+          return ExecuteDnnl(*plan->primitive, plan->scratchpad,
+                             {{DNNL_ARG_SRC, WrapMemory(plan->src, x->raw_data())},
+                              {DNNL_ARG_DST, WrapMemory(plan->dst, y->mutable_raw_data())}},
+                             context);
+        }
+      }
+      PoolReference<T>(kind_, count_include_pad_, column_major_indices_, Window3(geometry), x->dim(0) * x->dim(1),
+                       x->data<T>(), y->mutable_data<T>(),
+                       indices == nullptr ? nullptr : indices->mutable_data<int64_t>(), context.threads());
+      return absl::OkStatus();
+    };
+    if (kind_ == PoolKind::kMax) {
+      return DispatchAmong<float, double, int8_t, uint8_t>(x->dtype(), name, run);
+    }
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), name, run);
+  }
+
+ private:
+  // The cached oneDNN plan, or nullptr when oneDNN cannot compute this case exactly.
+  absl::StatusOr<std::shared_ptr<const PoolPlan>> DnnlPlan(const Tensor& x, const WindowGeometry& g,
+                                                           const Shape& out_shape) const {
+    const std::optional<memory::data_type> type = DnnlTypeOf(x.dtype());
+    if (!type) return nullptr;
+    memory::dims pad_end;
+    bool window_passes_end_padding = false;
+    for (size_t i = 0; i < g.rank(); ++i) {
+      // oneDNN wants the end padding that exactly fits the output (ceil_mode may need more).
+      pad_end.push_back(std::max(g.pad_end[i], g.ReachPadEnd(i)));
+      window_passes_end_padding |= g.ReachPadEnd(i) > g.pad_end[i];
+    }
+    // oneDNN's include-padding average divides by the full kernel size; ONNX does not count taps
+    // past the declared end padding, so those cases stay with the direct loop.
+    if (kind_ == PoolKind::kAverage && count_include_pad_ && window_passes_end_padding) {
+      return nullptr;
+    }
+    return cache_.GetOrCreate(x.shape(), [&]() -> absl::StatusOr<std::shared_ptr<const PoolPlan>> {
+      auto plan = std::make_shared<PoolPlan>();
+      const dnnl::algorithm algorithm = kind_ == PoolKind::kMax ? dnnl::algorithm::pooling_max
+                                        : count_include_pad_    ? dnnl::algorithm::pooling_avg_include_padding
+                                                                : dnnl::algorithm::pooling_avg_exclude_padding;
+      memory::dims dilations;  // oneDNN counts the gaps: ONNX dilation 1 is oneDNN 0.
+      for (int64_t d : g.dilations) dilations.push_back(d - 1);
+      plan->src = PlainDesc(x.shape(), *type);
+      plan->dst = PlainDesc(out_shape, *type);
+      const absl::Status created = CatchDnnlError("pooling", absl::StatusCode::kUnimplemented, [&] {
+        dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, plan->src, plan->dst,
+                                            memory::dims(g.strides.begin(), g.strides.end()),
+                                            memory::dims(g.kernel.begin(), g.kernel.end()), dilations,
+                                            memory::dims(g.pad_begin.begin(), g.pad_begin.end()), pad_end);
+        dnnl::pooling_v2_forward::primitive_desc pd(desc, UserScratchpadAttr(), DnnlCpuEngine());
+        plan->scratchpad = pd.scratchpad_desc();
+        plan->primitive = dnnl::pooling_v2_forward(pd);
+      });
+      if (!created.ok()) plan->primitive.reset();  // Declined: the direct loop runs instead.
+      return std::shared_ptr<const PoolPlan>(std::move(plan));
+    });
+  }
+
+  PoolKind kind_;
+  SpatialAttributes attributes_;
+  bool ceil_mode_;
+  bool count_include_pad_;
+  bool column_major_indices_;
+  DnnlPrimitiveCache<PoolPlan> cache_;
+};
+
+// Sum of n contiguous values with independent partial sums, so the loop vectorises without
+// reassociation flags.
+template <typename T>
+T PlaneSum(const T* p, int64_t n) {
+  constexpr int kLanes = 16;
+  T partial[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) partial[j] += p[i + j];
+  }
+  T sum = 0;
+  for (; i < n; ++i) sum += p[i];
+  for (int j = 0; j < kLanes; ++j) sum += partial[j];
+  return sum;
+}
+
+template <typename T>
+T PlaneMax(const T* p, int64_t n) {
+  constexpr int kLanes = 16;
+  T partial[kLanes];
+  std::fill_n(partial, kLanes, std::numeric_limits<T>::lowest());
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) partial[j] = std::max(partial[j], p[i + j]);
+  }
+  T best = std::numeric_limits<T>::lowest();
+  for (; i < n; ++i) best = std::max(best, p[i]);
+  for (int j = 0; j < kLanes; ++j) best = std::max(best, partial[j]);
+  return best;
+}
+
+class GlobalPoolKernel final : public Kernel {
+ public:
+  explicit GlobalPoolKernel(PoolKind kind) : kind_(kind) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    const char* name = kind_ == PoolKind::kMax ? "GlobalMaxPool" : "GlobalAveragePool";
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
+    if (x->rank() < 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": input must be [N, C, spatial...], got ", x->DebugString()));
+    }
+    Shape out_shape(x->shape().size(), 1);
+    out_shape[0] = x->dim(0);
+    out_shape[1] = x->dim(1);
+    const int64_t planes = x->dim(0) * x->dim(1);
+    const int64_t plane_size = DimProduct(x->shape(), 2, x->shape().size());
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), name, [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), out_shape));
+      if (planes == 0) return absl::OkStatus();
+      if (plane_size == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(name, ": empty spatial dims in ", x->DebugString()));
+      }
+      const T* in = x->data<T>();
+      T* out = y->mutable_data<T>();
+      const bool is_max = kind_ == PoolKind::kMax;
+      context.threads().ParallelFor(
+          planes, std::max<int64_t>(1, kParallelElementThreshold / plane_size), [&](int64_t begin, int64_t end) {
+            for (int64_t p = begin; p < end; ++p) {
+              const T* plane = in + p * plane_size;
+              out[p] = is_max ? PlaneMax(plane, plane_size) : PlaneSum(plane, plane_size) / static_cast<T>(plane_size);
+            }
+          });
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  PoolKind kind_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreatePoolKernel(const KernelInit& init, PoolKind kind) {
+  TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes,
+                          SpatialAttributes::Parse(init, /*allow_dilations=*/kind == PoolKind::kMax));
+  if (attributes.kernel_shape.empty()) return init.Error("attribute 'kernel_shape' is required");
+  TRAIND_ASSIGN_OR_RETURN(int64_t ceil_mode, init.GetInt("ceil_mode", 0));
+  int64_t count_include_pad = 0;
+  int64_t storage_order = 0;
+  if (kind == PoolKind::kAverage) {
+    TRAIND_ASSIGN_OR_RETURN(count_include_pad, init.GetInt("count_include_pad", 0));
+  } else {
+    TRAIND_ASSIGN_OR_RETURN(storage_order, init.GetInt("storage_order", 0));
+    if (storage_order != 0 && storage_order != 1) {
+      return init.Error(absl::StrCat("attribute 'storage_order' must be 0 or 1, got ", storage_order));
+    }
+  }
+  if (ceil_mode != 0 && ceil_mode != 1) {
+    return init.Error(absl::StrCat("attribute 'ceil_mode' must be 0 or 1, got ", ceil_mode));
+  }
+  if (count_include_pad != 0 && count_include_pad != 1) {
+    return init.Error(absl::StrCat("attribute 'count_include_pad' must be 0 or 1, got ", count_include_pad));
+  }
+  return std::unique_ptr<Kernel>(
+      new PoolKernel(kind, std::move(attributes), ceil_mode == 1, count_include_pad == 1, storage_order == 1));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateMaxPoolKernel(const KernelInit& init) {
+  return CreatePoolKernel(init, PoolKind::kMax);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateAveragePoolKernel(const KernelInit& init) {
+  return CreatePoolKernel(init, PoolKind::kAverage);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateGlobalMaxPoolKernel(const KernelInit&) {
+  return std::unique_ptr<Kernel>(new GlobalPoolKernel(PoolKind::kMax));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateGlobalAveragePoolKernel(const KernelInit&) {
+  return std::unique_ptr<Kernel>(new GlobalPoolKernel(PoolKind::kAverage));
+}
+
+}  // namespace traind::engine
