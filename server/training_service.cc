@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/grpcpp.h"
+#include "engine/model/model_loader.h"
 #include "server/version.h"
 
 namespace traind {
@@ -13,9 +14,6 @@ namespace v1 = ::traind::v1;
 
 namespace {
 
-// ai.onnx opsets accepted in uploaded models (the engine's loader enforces the same bounds).
-constexpr int64_t kMinOpset = 6;
-constexpr int64_t kMaxOpset = 17;
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
@@ -48,8 +46,8 @@ grpc::Status TrainingServiceImpl::GetServerInfo(grpc::ServerContext* /*context*/
   response->set_version(kTraindVersion);
   response->set_grpc_version(grpc::Version());
   response->add_executors("cpu");
-  response->set_min_opset(kMinOpset);
-  response->set_max_opset(kMaxOpset);
+  response->set_min_opset(engine::kMinOnnxOpset);
+  response->set_max_opset(engine::kMaxOnnxOpset);
   response->set_max_message_bytes(limits_.max_message_bytes);
   response->set_max_sessions(limits_.max_sessions);
   const std::vector<std::string>& implemented = ImplementedRpcs();

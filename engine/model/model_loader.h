@@ -4,7 +4,7 @@
 // an absl::Status. On success every tensor's data is inline (external data has been read in).
 //
 // Status codes: kInvalidArgument for malformed or hostile input, kUnimplemented for well-formed
-// models this engine does not support (opset outside 6..17, unknown domain), kResourceExhausted
+// models this engine does not support (opset outside 1..17, unknown domain), kResourceExhausted
 // for limits.
 #ifndef TRAIND_ENGINE_MODEL_MODEL_LOADER_H_
 #define TRAIND_ENGINE_MODEL_MODEL_LOADER_H_
@@ -19,7 +19,9 @@
 
 namespace traind::engine {
 
-inline constexpr int kMinOnnxOpset = 6;
+// Every ai.onnx opset whose models the loader accepts; whether a node runs is then decided per op by the
+// opset range of its kernel registration (engine/ops/op_list.inc).
+inline constexpr int kMinOnnxOpset = 1;
 inline constexpr int kMaxOnnxOpset = 17;
 
 struct ModelLimits {

@@ -90,17 +90,18 @@ TEST(ModelLoaderTest, RejectsTruncatedBytes) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
 }
 
-TEST(ModelLoaderTest, RejectsOpsetsOutside6To17) {
-  for (int opset : {1, 5, 18}) {
+TEST(ModelLoaderTest, RejectsOpsetsOutside1To17) {
+  for (int opset : {0, 18, 19}) {
     absl::Status status = LoadBytes(ValidModel(opset));
     EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
-    EXPECT_NE(status.message().find("supports opsets 6 to 17"), std::string::npos) << status;
+    EXPECT_NE(status.message().find("supports opsets 1 to 17"), std::string::npos) << status;
   }
 }
 
-// PyTorch's legacy exports (libonnx-testdata's pytorch-converted, pytorch-operator) are opset 6.
-TEST(ModelLoaderTest, AcceptsLegacyOpset6AndNewestOpset17) {
-  for (int opset : {6, 7, 17}) EXPECT_TRUE(LoadBytes(ValidModel(opset)).ok()) << opset;
+// PyTorch's legacy exports (libonnx-testdata's pytorch-converted, pytorch-operator) are opset 6; some
+// ONNX node tests declare opset 1. Whether their ops run is up to each kernel's registered opset range.
+TEST(ModelLoaderTest, AcceptsOldOpsetsAndNewestOpset17) {
+  for (int opset : {1, 6, 7, 17}) EXPECT_TRUE(LoadBytes(ValidModel(opset)).ok()) << opset;
 }
 
 // y = op(Constant int64 [4]): an int64 Constant, as PyTorch's opset-6 exports emit for shapes.

@@ -42,11 +42,8 @@ To ConvertValue(From value) {
 
 #define TRAIND_CAST_TYPES TRAIND_NUMERIC_TYPES, BoolType, Float16, BFloat16
 
-class CastKernel final : public Kernel {
- public:
-  explicit CastKernel(DataType to) : to_(to) {}
-
-  absl::Status Compute(KernelContext& context) const override {
+// Output 0 = input 0 converted to `to_`; shared by Cast and CastLike.
+absl::Status CastInputTo(KernelContext& context, DataType to_) {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
     if (x->dtype() == to_) {
       context.SetOutput(0, *x);  // No-op cast: alias.
@@ -76,10 +73,25 @@ class CastKernel final : public Kernel {
         return absl::OkStatus();
       });
     });
-  }
+}
+
+class CastKernel final : public Kernel {
+ public:
+  explicit CastKernel(DataType to) : to_(to) {}
+
+  absl::Status Compute(KernelContext& context) const override { return CastInputTo(context, to_); }
 
  private:
   DataType to_;
+};
+
+// CastLike (opset 15): the target dtype is that of the second input.
+class CastLikeKernel final : public Kernel {
+ public:
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* like, context.RequiredInput(1));
+    return CastInputTo(context, like->dtype());
+  }
 };
 
 }  // namespace
@@ -94,6 +106,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateCastKernel(const KernelInit& init)
                : init.Error(dtype.status().message());
   }
   return std::unique_ptr<Kernel>(new CastKernel(*dtype));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateCastLikeKernel(const KernelInit&) {
+  return std::unique_ptr<Kernel>(new CastLikeKernel());
 }
 
 }  // namespace traind::engine

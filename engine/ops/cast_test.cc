@@ -32,5 +32,18 @@ TEST(CastTest, StringIsUnsupported) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kUnimplemented);
 }
 
+TEST(CastLikeTest, TakesTheDtypeOfTheSecondInput) {
+  OpTester("CastLike", 15)
+      .AddInput<float>("x", {3}, {1.5f, -2.0f, 0.0f})
+      .AddInput<int64_t>("like", {1}, {0})
+      .AddOutput<int64_t>("y", {3}, {1, -2, 0})
+      .Run();
+  OpTester("CastLike", 15)
+      .AddInput<int32_t>("x", {2}, {3, 0})
+      .AddInput<double>("like", {0}, {})
+      .AddOutput<double>("y", {2}, {3.0, 0.0})
+      .Run();
+}
+
 }  // namespace
 }  // namespace traind::engine
