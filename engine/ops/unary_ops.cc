@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/ops/elementwise.h"
+#include "engine/ops/fast_math.h"
 
 namespace traind::engine {
 namespace {
@@ -17,7 +18,14 @@ struct LogOp {
   template <typename T> T operator()(T x) const { return std::log(x); }
 };
 struct ErfOp {
-  template <typename T> T operator()(T x) const { return std::erf(x); }
+  template <typename T>
+  T operator()(T x) const {
+    if constexpr (std::is_same_v<T, float>) {
+      return FastErf(x);
+    } else {
+      return std::erf(x);
+    }
+  }
 };
 struct TanhOp {
   template <typename T> T operator()(T x) const { return std::tanh(x); }

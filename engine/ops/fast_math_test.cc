@@ -1,0 +1,26 @@
+#include "engine/ops/fast_math.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+
+namespace traind::engine {
+namespace {
+
+TEST(FastMathTest, ErfMatchesLibmToAFewUlpEverywhere) {
+  double worst_relative = 0, worst_absolute = 0;
+  for (float x = -10.0f; x <= 10.0f; x += 1.0f / 4096) {
+    const double exact = std::erf(static_cast<double>(x));
+    const double error = std::fabs(FastErf(x) - exact);
+    worst_absolute = std::max(worst_absolute, error);
+    if (std::fabs(exact) > 1e-6) worst_relative = std::max(worst_relative, error / std::fabs(exact));
+  }
+  EXPECT_LT(worst_absolute, 4e-7);  // about 3 ulp of values near 1
+  EXPECT_LT(worst_relative, 1e-6);
+  EXPECT_EQ(FastErf(0.0f), 0.0f);
+  EXPECT_FLOAT_EQ(FastErf(100.0f), 1.0f);
+  EXPECT_FLOAT_EQ(FastErf(-100.0f), -1.0f);
+}
+
+}  // namespace
+}  // namespace traind::engine
