@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/ops/strided_copy.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/runtime/kernel.h"
 
@@ -59,27 +60,7 @@ class TransposeKernel final : public Kernel {
     return DispatchAmong<uint8_t, uint16_t, uint32_t, uint64_t>(
         UnsignedOfSize(ElementSize(x->dtype())), "Transpose", [&](auto tag) {
           using T = typename decltype(tag)::type;
-          const T* in = x->data<T>();
-          T* out = y->mutable_data<T>();
-          const int64_t row = out_shape[rank - 1];
-          const int64_t row_stride = strides[rank - 1];
-          const int64_t rows = y->num_elements() / row;
-          context.threads().ParallelFor(
-              rows, std::max<int64_t>(1, kParallelElementThreshold / row),
-              [&](int64_t begin, int64_t end) {
-                for (int64_t r = begin; r < end; ++r) {
-                  // Input offset of output row r: mixed-radix decomposition of r.
-                  int64_t offset = 0;
-                  int64_t rest = r;
-                  for (int64_t d = rank - 2; d >= 0; --d) {
-                    offset += (rest % out_shape[d]) * strides[d];
-                    rest /= out_shape[d];
-                  }
-                  T* dst = out + r * row;
-                  const T* src = in + offset;
-                  for (int64_t i = 0; i < row; ++i) dst[i] = src[i * row_stride];
-                }
-              });
+          CopyStridedView(x->data<T>(), out_shape, strides, y->mutable_data<T>(), context.threads());
           return absl::OkStatus();
         });
   }

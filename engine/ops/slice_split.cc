@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/ops/strided_copy.h"
 #include "engine/ops/index_helpers.h"
 #include "engine/runtime/kernel.h"
 
@@ -105,37 +106,18 @@ class SliceKernel final : public Kernel {
     if (y->num_elements() == 0) return absl::OkStatus();
     const std::vector<int64_t> in_strides = RowMajorStrides(x->shape());
     int64_t base = 0;  // Input offset of output element 0.
-    for (int64_t d = 0; d < rank; ++d) base += dims[d].start * in_strides[d];
+    std::vector<int64_t> view_strides(rank);
+    for (int64_t d = 0; d < rank; ++d) {
+      base += dims[d].start * in_strides[d];
+      view_strides[d] = dims[d].step * in_strides[d];
+    }
     if (rank == 0) {
       std::memcpy(y->mutable_raw_data(), x->raw_data(), x->byte_size());
       return absl::OkStatus();
     }
     return DispatchByWidth(x->dtype(), "Slice", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      const T* in = x->data<T>() + base;
-      T* out = y->mutable_data<T>();
-      const int64_t row = out_shape[rank - 1];
-      const int64_t row_step = dims[rank - 1].step;  // In elements, the last stride being 1.
-      const int64_t rows = y->num_elements() / row;
-      context.threads().ParallelFor(
-          rows, std::max<int64_t>(1, kParallelElementThreshold / row),
-          [&](int64_t begin, int64_t end) {
-            for (int64_t r = begin; r < end; ++r) {
-              int64_t offset = 0;
-              int64_t rest = r;
-              for (int64_t d = rank - 2; d >= 0; --d) {
-                offset += (rest % out_shape[d]) * dims[d].step * in_strides[d];
-                rest /= out_shape[d];
-              }
-              const T* src = in + offset;
-              T* dst = out + r * row;
-              if (row_step == 1) {
-                std::copy(src, src + row, dst);
-              } else {
-                for (int64_t i = 0; i < row; ++i) dst[i] = src[i * row_step];
-              }
-            }
-          });
+      CopyStridedView(x->data<T>() + base, out_shape, view_strides, y->mutable_data<T>(), context.threads());
       return absl::OkStatus();
     });
   }
