@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/ops/elementwise.h"
 
 namespace traind::engine {
@@ -218,6 +219,36 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateMinKernel(const KernelInit& init) 
 }
 absl::StatusOr<std::unique_ptr<Kernel>> CreateMaxKernel(const KernelInit& init) {
   return Make<VariadicKernel<MaxOp>>("Max", init.opset() >= 8);
+}
+
+// Gradients. Broadcast inputs get the output gradient summed back to their own shape.
+
+absl::Status AddGradient(GradientRuleContext& g) {
+  for (int i = 0; i < 2; ++i) {
+    if (g.NeedsGI(i)) TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(g.GO(0), g.O(0), g.I(i), g.GI(i)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SubGradient(GradientRuleContext& g) {
+  if (g.NeedsGI(0)) TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(g.GO(0), g.O(0), g.I(0), g.GI(0)));
+  if (g.NeedsGI(1)) {
+    const std::string negated = g.Temp("neg");
+    g.Emit("Neg", {g.GO(0)}, {negated});
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(negated, g.O(0), g.I(1), g.GI(1)));
+  }
+  return absl::OkStatus();
+}
+
+// d(a*b) = b*dy for a, a*dy for b.
+absl::Status MulGradient(GradientRuleContext& g) {
+  for (int i = 0; i < 2; ++i) {
+    if (!g.NeedsGI(i)) continue;
+    const std::string product = g.Temp("mul");
+    g.Emit("Mul", {g.GO(0), g.I(1 - i)}, {product});
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(product, g.O(0), g.I(i), g.GI(i)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/broadcast.h"
 #include "engine/runtime/dispatch.h"
@@ -239,6 +240,76 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateGemmKernel(const KernelInit& init)
   }
   return std::unique_ptr<Kernel>(
       new GemmKernel(trans_a != 0, trans_b != 0, alpha, beta, c_must_be_mn));
+}
+
+// Gradients.
+
+namespace {
+
+onnx::NodeProto* EmitGemm(GradientRuleContext& g, const std::string& a, const std::string& b, bool trans_a,
+                          bool trans_b, float alpha, const std::string& out) {
+  onnx::NodeProto* node = g.Emit("Gemm", {a, b}, {out});
+  auto add_int = [node](const char* name, int64_t value) {
+    auto* attribute = node->add_attribute();
+    attribute->set_name(name);
+    attribute->set_type(onnx::AttributeProto::INT);
+    attribute->set_i(value);
+  };
+  add_int("transA", trans_a);
+  add_int("transB", trans_b);
+  auto* alpha_attribute = node->add_attribute();
+  alpha_attribute->set_name("alpha");
+  alpha_attribute->set_type(onnx::AttributeProto::FLOAT);
+  alpha_attribute->set_f(alpha);
+  return node;
+}
+
+}  // namespace
+
+// Y = alpha * op(A) op(B) + beta * C, op = optional transpose:
+//   dA = alpha * dY op(B)^T (transposed back when transA), dB = alpha * op(A)^T dY (likewise), dC = beta * dY
+//   summed to C's shape.
+absl::Status GemmGradient(GradientRuleContext& g) {
+  const bool trans_a = g.IntAttr("transA", 0) != 0;
+  const bool trans_b = g.IntAttr("transB", 0) != 0;
+  const float alpha = g.FloatAttr("alpha", 1.0f);
+  const float beta = g.FloatAttr("beta", 1.0f);
+  if (g.NeedsGI(0)) {
+    if (trans_a) {
+      EmitGemm(g, g.I(1), g.GO(0), trans_b, true, alpha, g.GI(0));
+    } else {
+      EmitGemm(g, g.GO(0), g.I(1), false, !trans_b, alpha, g.GI(0));
+    }
+  }
+  if (g.NeedsGI(1)) {
+    if (trans_b) {
+      EmitGemm(g, g.GO(0), g.I(0), true, trans_a, alpha, g.GI(1));
+    } else {
+      EmitGemm(g, g.I(0), g.GO(0), !trans_a, false, alpha, g.GI(1));
+    }
+  }
+  if (g.num_inputs() > 2 && g.NeedsGI(2)) {
+    std::string scaled = g.GO(0);
+    if (beta != 1.0f) {
+      TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(2)));
+      scaled = g.Temp("beta_dy");
+      g.Emit("Mul", {g.GO(0), g.ScalarConstant(beta, type)}, {scaled});
+    }
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(scaled, g.O(0), g.I(2), g.GI(2)));
+  }
+  return absl::OkStatus();
+}
+
+// Y = A B for matrices: dA = dY B^T, dB = A^T dY. (Batched and vector forms: not yet.)
+absl::Status MatMulGradient(GradientRuleContext& g) {
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> a_shape, g.StaticShape(g.I(0)));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> b_shape, g.StaticShape(g.I(1)));
+  if (a_shape.size() != 2 || b_shape.size() != 2) {
+    return absl::UnimplementedError("MatMul gradients are implemented for 2-D inputs only so far");
+  }
+  if (g.NeedsGI(0)) EmitGemm(g, g.GO(0), g.I(1), false, true, 1.0f, g.GI(0));
+  if (g.NeedsGI(1)) EmitGemm(g, g.I(0), g.GO(0), true, false, 1.0f, g.GI(1));
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

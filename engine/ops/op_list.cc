@@ -4,10 +4,22 @@
 
 namespace traind::engine {
 
+// First pass: declare each kernel factory and each gradient rule. A gradient slot expands into the
+// initializer of a throw-away constant; TRAIND_GRADIENT(rule) there also declares `rule`.
+#define TRAIND_CONCAT_INNER(a, b) a##b
+#define TRAIND_CONCAT(a, b) TRAIND_CONCAT_INNER(a, b)
+#pragma push_macro("TRAIND_GRADIENT")
+#undef TRAIND_GRADIENT
+#define TRAIND_GRADIENT(rule) \
+  GradientSlot{};             \
+  absl::Status rule(GradientRuleContext& context)
 #define TRAIND_OP(domain, op_type, first_opset, last_opset, factory, gradient) \
-  absl::StatusOr<std::unique_ptr<Kernel>> factory(const KernelInit& init);
+  absl::StatusOr<std::unique_ptr<Kernel>> factory(const KernelInit& init);     \
+  [[maybe_unused]] constexpr GradientSlot TRAIND_CONCAT(kSlotOfLine, __LINE__) = gradient;
 #include "engine/ops/op_list.inc"
 #undef TRAIND_OP
+#undef TRAIND_GRADIENT
+#pragma pop_macro("TRAIND_GRADIENT")
 
 std::vector<OpRegistration> BuiltinOpRegistrations() {
   return {

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/axis_split.h"
 #include "engine/ops/elementwise.h"
@@ -492,6 +493,57 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateArgMaxKernel(const KernelInit& ini
 }
 absl::StatusOr<std::unique_ptr<Kernel>> CreateArgMinKernel(const KernelInit& init) {
   return MakeArgExtremeKernel<false>(init);
+}
+
+// Gradients of sum-like reductions: the output gradient, with the reduced axes restored (size 1), expanded
+// back to the input's shape, and divided by the reduced element count for ReduceMean.
+namespace {
+
+absl::Status SpreadReducedGradient(GradientRuleContext& g, std::vector<int64_t> axes, bool mean) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> input_shape, g.StaticShape(g.I(0)));
+  const int64_t rank = static_cast<int64_t>(input_shape.size());
+  if (axes.empty()) {
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  std::vector<int64_t> kept_shape = input_shape;
+  int64_t reduced_count = 1;
+  for (int64_t& axis : axes) {
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return absl::InvalidArgumentError("reduction axis out of range");
+    reduced_count *= input_shape[axis];
+    kept_shape[axis] = 1;
+  }
+  const std::string reshaped = g.Temp("dy_kept");
+  g.Emit("Reshape", {g.GO(0), g.Int64Constant(kept_shape)}, {reshaped});
+  if (!mean) {
+    g.Emit("Expand", {reshaped, g.Int64Constant(input_shape)}, {g.GI(0)});
+    return absl::OkStatus();
+  }
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string expanded = g.Temp("dy_expanded");
+  g.Emit("Expand", {reshaped, g.Int64Constant(input_shape)}, {expanded});
+  g.Emit("Div", {expanded, g.ScalarConstant(static_cast<double>(reduced_count), type)}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// ReduceSum: axes from the attribute (opset < 13); an axes input (opset 13+) is not supported yet.
+absl::Status ReduceSumGradient(GradientRuleContext& g) {
+  if (g.num_inputs() > 1 && !g.I(1).empty()) {
+    return absl::UnimplementedError("ReduceSum gradients with an axes input are not supported yet");
+  }
+  if (g.IntAttr("noop_with_empty_axes", 0) != 0) {
+    if (g.NeedsGI(0)) g.Emit("Identity", {g.GO(0)}, {g.GI(0)});
+    return absl::OkStatus();
+  }
+  return SpreadReducedGradient(g, g.IntsAttr("axes"), /*mean=*/false);
+}
+
+// ReduceMean (opset < 18): axes is an attribute.
+absl::Status ReduceMeanGradient(GradientRuleContext& g) {
+  return SpreadReducedGradient(g, g.IntsAttr("axes"), /*mean=*/true);
 }
 
 }  // namespace traind::engine

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/runtime/kernel.h"
 
@@ -225,6 +226,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateShapeKernel(const KernelInit& init
     TRAIND_ASSIGN_OR_RETURN(end, init.GetInt("end", std::nullopt));
   }
   return std::unique_ptr<Kernel>(new ShapeKernel(start, end));
+}
+
+absl::Status IdentityGradient(GradientRuleContext& g) {
+  if (g.NeedsGI(0)) g.Emit("Identity", {g.GO(0)}, {g.GI(0)});
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

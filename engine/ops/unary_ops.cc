@@ -2,6 +2,7 @@
 // Relu LeakyRelu Elu Selu Softplus) and Not. Attributes are parsed once in the factory.
 #include <cmath>
 
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/fast_math.h"
 
@@ -125,6 +126,43 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSeluKernel(const KernelInit& init)
   TRAIND_ASSIGN_OR_RETURN(float alpha, init.GetFloat("alpha", 1.67326319217681884765625f));
   TRAIND_ASSIGN_OR_RETURN(float gamma, init.GetFloat("gamma", 1.05070102214813232421875f));
   return MakeUnary<SeluOp, TRAIND_FLOAT_TYPES>("Selu", SeluOp{alpha, gamma});
+}
+
+// Gradients.
+
+// dx = dy where x > 0, else 0.
+absl::Status ReluGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string positive = g.Temp("positive");
+  g.Emit("Greater", {g.I(0), g.ScalarConstant(0.0, type)}, {positive});
+  const std::string mask = g.Temp("mask");
+  g.Emit("Cast", {positive}, {mask})->add_attribute()->CopyFrom([type] {
+    onnx::AttributeProto to;
+    to.set_name("to");
+    to.set_type(onnx::AttributeProto::INT);
+    to.set_i(type);
+    return to;
+  }());
+  g.Emit("Mul", {g.GO(0), mask}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
+// dx = dy * (1 - y^2).
+absl::Status TanhGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string squared = g.Temp("y2");
+  g.Emit("Mul", {g.O(0), g.O(0)}, {squared});
+  const std::string slope = g.Temp("slope");
+  g.Emit("Sub", {g.ScalarConstant(1.0, type), squared}, {slope});
+  g.Emit("Mul", {g.GO(0), slope}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
+absl::Status NegGradient(GradientRuleContext& g) {
+  if (g.NeedsGI(0)) g.Emit("Neg", {g.GO(0)}, {g.GI(0)});
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "engine/runtime/kernel.h"
 
@@ -21,12 +22,20 @@ enum class GradientState {
   kWritten,
 };
 
+class GradientRuleContext;  // engine/autodiff/gradient_rule.h
+// Emits the backward nodes of one forward node (see GradientRuleContext).
+using GradientRule = absl::Status (*)(GradientRuleContext& context);
+
 struct GradientSlot {
   GradientState state = GradientState::kNotYetWritten;
+  GradientRule rule = nullptr;  // Set exactly when state == kWritten.
 };
 
-inline constexpr GradientSlot kGradientNotYetWritten{GradientState::kNotYetWritten};
-inline constexpr GradientSlot kNotDifferentiable{GradientState::kNotDifferentiable};
+inline constexpr GradientSlot kGradientNotYetWritten{GradientState::kNotYetWritten, nullptr};
+inline constexpr GradientSlot kNotDifferentiable{GradientState::kNotDifferentiable, nullptr};
+// In op_list.inc: TRAIND_OP(..., CreateReluKernel, TRAIND_GRADIENT(ReluGradient)), the rule being defined
+// next to the kernel. op_list.cc declares the rule from this same line.
+#define TRAIND_GRADIENT(rule) (::traind::engine::GradientSlot{::traind::engine::GradientState::kWritten, &rule})
 
 inline constexpr const char* kOnnxDomain = "";
 

@@ -1,0 +1,250 @@
+#include "engine/autodiff/gradient_builder.h"
+
+#include <map>
+#include <set>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/autodiff/gradient_rule.h"
+#include "onnx/shape_inference/implementation.h"
+
+namespace traind::engine {
+namespace {
+
+bool IsFloatType(int32_t elem_type) {
+  return elem_type == onnx::TensorProto::FLOAT || elem_type == onnx::TensorProto::DOUBLE ||
+         elem_type == onnx::TensorProto::FLOAT16 || elem_type == onnx::TensorProto::BFLOAT16;
+}
+
+ValueFacts FactsOf(const onnx::TypeProto& type) {
+  ValueFacts facts;
+  if (!type.has_tensor_type()) return facts;
+  facts.elem_type = type.tensor_type().elem_type();
+  if (!type.tensor_type().has_shape()) return facts;
+  facts.has_static_shape = true;
+  for (const auto& dim : type.tensor_type().shape().dim()) {
+    if (!dim.has_dim_value()) {
+      facts.has_static_shape = false;
+      break;
+    }
+    facts.dims.push_back(dim.dim_value());
+  }
+  return facts;
+}
+
+class Builder {
+ public:
+  Builder(onnx::ModelProto model, const GradientGraphOptions& options)
+      : model_(std::move(model)),
+        graph_(*model_.mutable_graph()),
+        options_(options),
+        registry_(options.registry != nullptr ? *options.registry : OpRegistry::Global()) {}
+
+  absl::StatusOr<onnx::ModelProto> Build() {
+    CollectFacts();
+    for (const auto& opset : model_.opset_import()) {
+      opsets_[opset.domain() == "ai.onnx" ? "" : opset.domain()] = static_cast<int>(opset.version());
+    }
+    if (opsets_[""] < 13) {
+      return absl::UnimplementedError(
+          absl::StrCat("training needs ai.onnx opset 13 or later; the model imports ", opsets_[""]));
+    }
+    const ValueFacts* loss = Facts(options_.loss);
+    if (loss == nullptr || !IsFloatType(loss->elem_type) || !loss->has_static_shape || !loss->dims.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the loss '", options_.loss, "' must be a floating-point scalar of the graph"));
+    }
+    const int num_forward_nodes = graph_.node_size();
+    MarkDependents();
+    std::vector<bool> on_path = NodesBetweenParametersAndLoss(num_forward_nodes);
+
+    // Seed: d(loss)/d(loss) = 1.
+    GradientRuleContext seed_context(graph_.node(0), {}, {}, Callbacks());
+    partials_[options_.loss].push_back(seed_context.ScalarConstant(1.0, loss->elem_type));
+
+    for (int n = num_forward_nodes - 1; n >= 0; --n) {
+      if (!on_path[n]) continue;
+      const onnx::NodeProto node = graph_.node(n);  // A copy: emitting nodes may reallocate the graph.
+      std::vector<std::string> output_gradients;
+      bool any_output_gradient = false;
+      for (const std::string& output : node.output()) {
+        output_gradients.push_back(FinalGradient(output));
+        any_output_gradient |= !output_gradients.back().empty();
+      }
+      if (!any_output_gradient) continue;
+      const OpRegistration* registration = registry_.Find(node.domain(), node.op_type(), OpsetOf(node));
+      if (registration != nullptr && registration->gradient.state == GradientState::kNotDifferentiable) continue;
+      if (registration == nullptr || registration->gradient.rule == nullptr) {
+        return absl::UnimplementedError(absl::StrCat(
+            "no gradient rule for ", node.op_type(), " (node '", node.name(), "'), which lies between the loss and ",
+            absl::StrJoin(ParametersBehind(node), ", ")));
+      }
+      std::vector<std::string> input_gradients;
+      for (const std::string& input : node.input()) {
+        const ValueFacts* facts = Facts(input);
+        const bool needed = !input.empty() && requires_grad_.contains(input) && facts != nullptr &&
+                            IsFloatType(facts->elem_type);
+        input_gradients.push_back(needed ? TempName(input + "_grad_part") : "");
+      }
+      GradientRuleContext context(node, output_gradients, input_gradients, Callbacks());
+      if (absl::Status status = registration->gradient.rule(context); !status.ok()) {
+        return absl::Status(status.code(), absl::StrCat("gradient of ", context.Label(), ": ", status.message()));
+      }
+      for (size_t i = 0; i < input_gradients.size(); ++i) {
+        if (!input_gradients[i].empty()) partials_[node.input(i)].push_back(input_gradients[i]);
+      }
+    }
+
+    for (const std::string& parameter : options_.parameters) {
+      const std::string gradient = FinalGradient(parameter);
+      if (gradient.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the loss '", options_.loss, "' does not depend on parameter '", parameter, "'"));
+      }
+      GradientRuleContext context(graph_.node(0), {}, {}, Callbacks());
+      context.Emit("Identity", {gradient}, {GradientName(parameter)});
+      // The gradient has its parameter's type, symbolic dims included.
+      onnx::ValueInfoProto* output = graph_.add_output();
+      output->set_name(GradientName(parameter));
+      *output->mutable_type() = types_.at(parameter);
+    }
+    return std::move(model_);
+  }
+
+ private:
+  GradientRuleContext::Callbacks Callbacks() {
+    return {[this](const std::string& value) { return Facts(value); },
+            [this](absl::string_view hint) { return TempName(hint); }, [this] { return graph_.add_node(); }};
+  }
+
+  void CollectFacts() {
+    onnx::ModelProto inferred = model_;
+    try {
+      onnx::shape_inference::InferShapes(inferred);
+    } catch (const std::exception&) {
+      // Rules that need a fact report its absence.
+    }
+    const onnx::GraphProto& graph = inferred.graph();
+    for (const auto& infos : {&graph.input(), &graph.value_info(), &graph.output()}) {
+      for (const auto& info : *infos) {
+        facts_[info.name()] = FactsOf(info.type());
+        types_[info.name()] = info.type();
+      }
+    }
+    for (const auto& initializer : graph.initializer()) {
+      onnx::TypeProto type;
+      type.mutable_tensor_type()->set_elem_type(initializer.data_type());
+      auto* shape = type.mutable_tensor_type()->mutable_shape();
+      for (int64_t dim : initializer.dims()) shape->add_dim()->set_dim_value(dim);
+      facts_[initializer.name()] = FactsOf(type);
+      types_[initializer.name()] = type;
+    }
+    for (const auto& node : graph.node()) {
+      for (const auto& output : node.output()) used_names_.insert(output);
+    }
+    for (const auto& [name, facts] : facts_) used_names_.insert(name);
+  }
+
+  const ValueFacts* Facts(const std::string& value) const {
+    auto it = facts_.find(value);
+    return it == facts_.end() ? nullptr : &it->second;
+  }
+
+  std::string TempName(absl::string_view hint) {
+    std::string name;
+    do {
+      name = absl::StrCat(hint, "__", next_temp_++);
+    } while (used_names_.contains(name));
+    used_names_.insert(name);
+    return name;
+  }
+
+  int OpsetOf(const onnx::NodeProto& node) const {
+    auto it = opsets_.find(node.domain() == "ai.onnx" ? "" : node.domain());
+    return it == opsets_.end() ? -1 : it->second;
+  }
+
+  // requires_grad_: values that depend on a parameter (the nodes are in topological order, as ONNX requires).
+  void MarkDependents() {
+    for (const std::string& parameter : options_.parameters) requires_grad_.insert(parameter);
+    for (const auto& node : graph_.node()) {
+      bool depends = false;
+      for (const auto& input : node.input()) depends |= requires_grad_.contains(input);
+      if (!depends) continue;
+      for (const auto& output : node.output()) {
+        const ValueFacts* facts = Facts(output);
+        if (facts == nullptr || IsFloatType(facts->elem_type)) requires_grad_.insert(output);
+      }
+    }
+  }
+
+  std::vector<bool> NodesBetweenParametersAndLoss(int num_nodes) {
+    std::vector<bool> on_path(num_nodes, false);
+    absl::flat_hash_set<std::string> reaches_loss = {options_.loss};
+    for (int n = num_nodes - 1; n >= 0; --n) {
+      const auto& node = graph_.node(n);
+      bool feeds_loss = false;
+      for (const auto& output : node.output()) feeds_loss |= reaches_loss.contains(output);
+      if (!feeds_loss) continue;
+      bool depends = false;
+      for (const auto& input : node.input()) depends |= requires_grad_.contains(input);
+      on_path[n] = depends;
+      for (const auto& input : node.input()) reaches_loss.insert(input);
+    }
+    return on_path;
+  }
+
+  // The parameters whose gradient would have to pass through `node`.
+  std::vector<std::string> ParametersBehind(const onnx::NodeProto& node) const {
+    absl::flat_hash_set<std::string> upstream(node.input().begin(), node.input().end());
+    for (int n = graph_.node_size() - 1; n >= 0; --n) {
+      const auto& other = graph_.node(n);
+      bool produces = false;
+      for (const auto& output : other.output()) produces |= upstream.contains(output);
+      if (produces) upstream.insert(other.input().begin(), other.input().end());
+    }
+    std::vector<std::string> blocked;
+    for (const std::string& parameter : options_.parameters) {
+      if (upstream.contains(parameter)) blocked.push_back(parameter);
+    }
+    return blocked;
+  }
+
+  // The gradient of `value`: the one partial, or the Sum of several; "" when none arrived.
+  std::string FinalGradient(const std::string& value) {
+    auto it = partials_.find(value);
+    if (it == partials_.end() || it->second.empty()) return "";
+    if (it->second.size() == 1) return it->second.front();
+    const std::string total = TempName(value + "_grad");
+    GradientRuleContext context(graph_.node(0), {}, {}, Callbacks());
+    context.Emit("Sum", it->second, {total});
+    it->second = {total};
+    return total;
+  }
+
+  onnx::ModelProto model_;
+  onnx::GraphProto& graph_;
+  const GradientGraphOptions& options_;
+  const OpRegistry& registry_;
+  std::map<std::string, int> opsets_;
+  absl::flat_hash_map<std::string, ValueFacts> facts_;
+  absl::flat_hash_map<std::string, onnx::TypeProto> types_;
+  absl::flat_hash_set<std::string> used_names_;
+  absl::flat_hash_set<std::string> requires_grad_;
+  absl::flat_hash_map<std::string, std::vector<std::string>> partials_;
+  int64_t next_temp_ = 0;
+};
+
+}  // namespace
+
+std::string GradientName(const std::string& parameter) { return parameter + "_grad"; }
+
+absl::StatusOr<onnx::ModelProto> BuildGradientModel(const onnx::ModelProto& model,
+                                                    const GradientGraphOptions& options) {
+  if (model.graph().node_size() == 0) return absl::InvalidArgumentError("the model has no nodes");
+  return Builder(model, options).Build();
+}
+
+}  // namespace traind::engine

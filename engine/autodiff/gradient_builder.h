@@ -1,0 +1,36 @@
+// Reverse-mode automatic differentiation of an ONNX graph, as ONNX nodes: the backward graph is appended to the
+// forward one, so the result is an ordinary model the engine compiles and runs (and the onnx checker validates).
+#ifndef TRAIND_ENGINE_AUTODIFF_GRADIENT_BUILDER_H_
+#define TRAIND_ENGINE_AUTODIFF_GRADIENT_BUILDER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/runtime/op_registry.h"
+#include "onnx/onnx_pb.h"
+
+namespace traind::engine {
+
+struct GradientGraphOptions {
+  // A scalar floating-point value of the graph (usually its loss output).
+  std::string loss;
+  // Graph inputs or initializers to differentiate with respect to.
+  std::vector<std::string> parameters;
+  const OpRegistry* registry = nullptr;  // nullptr: OpRegistry::Global().
+};
+
+// The name of the gradient output of `parameter` (ONNX Runtime's convention).
+std::string GradientName(const std::string& parameter);
+
+// Returns `model` with the backward graph appended and one more graph output per parameter, GradientName(p),
+// holding d(loss)/d(p). Only nodes between a parameter and the loss are differentiated; gradients reaching a
+// value along several paths are summed. Errors (kUnimplemented) name an op on that path without a gradient
+// rule and the parameters it blocks; kInvalidArgument for a non-scalar loss or a parameter the loss does not
+// depend on.
+absl::StatusOr<onnx::ModelProto> BuildGradientModel(const onnx::ModelProto& model,
+                                                    const GradientGraphOptions& options);
+
+}  // namespace traind::engine
+
+#endif  // TRAIND_ENGINE_AUTODIFF_GRADIENT_BUILDER_H_

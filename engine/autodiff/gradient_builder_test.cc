@@ -1,0 +1,214 @@
+// Every gradient the builder emits is checked against float64 central finite differences of the forward model.
+#include "engine/autodiff/gradient_builder.h"
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "engine/model/model_loader.h"
+#include "engine/runtime/session.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace traind::engine {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ModelBuilder {
+ public:
+  ModelBuilder() {
+    model_.set_ir_version(8);
+    model_.add_opset_import()->set_version(17);
+    model_.mutable_graph()->set_name("test");
+  }
+
+  void Input(const std::string& name, const std::vector<int64_t>& dims) {
+    auto* info = model_.mutable_graph()->add_input();
+    info->set_name(name);
+    auto* type = info->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(onnx::TensorProto::DOUBLE);
+    for (int64_t dim : dims) type->mutable_shape()->add_dim()->set_dim_value(dim);
+    shapes_[name] = dims;
+  }
+
+  void Output(const std::string& name, const std::vector<int64_t>& dims = {}) {
+    auto* info = model_.mutable_graph()->add_output();
+    info->set_name(name);
+    info->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::DOUBLE);
+    auto* shape = info->mutable_type()->mutable_tensor_type()->mutable_shape();  // no dims: a scalar
+    for (int64_t dim : dims) shape->add_dim()->set_dim_value(dim);
+  }
+
+  void ScalarInitializer(const std::string& name, double value) {
+    auto* tensor = model_.mutable_graph()->add_initializer();
+    tensor->set_name(name);
+    tensor->set_data_type(onnx::TensorProto::DOUBLE);
+    tensor->add_double_data(value);
+  }
+
+  onnx::NodeProto* Node(const std::string& op, std::vector<std::string> inputs, const std::string& output) {
+    auto* node = model_.mutable_graph()->add_node();
+    node->set_op_type(op);
+    node->set_name(output);
+    for (const auto& input : inputs) node->add_input(input);
+    node->add_output(output);
+    return node;
+  }
+
+  static void IntAttr(onnx::NodeProto* node, const char* name, int64_t value) {
+    auto* attribute = node->add_attribute();
+    attribute->set_name(name);
+    attribute->set_type(onnx::AttributeProto::INT);
+    attribute->set_i(value);
+  }
+  static void FloatAttr(onnx::NodeProto* node, const char* name, float value) {
+    auto* attribute = node->add_attribute();
+    attribute->set_name(name);
+    attribute->set_type(onnx::AttributeProto::FLOAT);
+    attribute->set_f(value);
+  }
+
+  const onnx::ModelProto& model() const { return model_; }
+  const std::map<std::string, std::vector<int64_t>>& shapes() const { return shapes_; }
+
+ private:
+  onnx::ModelProto model_;
+  std::map<std::string, std::vector<int64_t>> shapes_;
+};
+
+// loss = mean((MatMul(Gemm(Relu(h1) + Tanh(h1), W2, b2), W3) + c - target)^2)
+//        + 0.1 * sum(Gemm(A^T, W4, C, alpha=0.5, beta=2) * y3),   h1 = Gemm(x, W1, b1, transB=1)
+// Covers Gemm (both transposes, alpha, beta, broadcast C), Relu, Tanh, Add (broadcast), Sub, Mul, MatMul,
+// ReduceMean, ReduceSum, and a value (h1) whose gradient arrives along two paths.
+ModelBuilder MixedModel() {
+  ModelBuilder b;
+  b.Input("x", {4, 3});
+  b.Input("target", {4, 2});
+  for (const auto& [name, dims] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+           {"W1", {5, 3}}, {"b1", {5}}, {"W2", {2, 5}}, {"b2", {2}}, {"W3", {2, 2}}, {"c", {2}},
+           {"A", {3, 4}}, {"W4", {3, 2}}, {"C", {1, 2}}}) {
+    b.Input(name, dims);
+  }
+  b.ScalarInitializer("tenth", 0.1);
+  ModelBuilder::IntAttr(b.Node("Gemm", {"x", "W1", "b1"}, "h1"), "transB", 1);
+  b.Node("Relu", {"h1"}, "r");
+  b.Node("Tanh", {"h1"}, "t");
+  b.Node("Add", {"r", "t"}, "h");
+  ModelBuilder::IntAttr(b.Node("Gemm", {"h", "W2", "b2"}, "y"), "transB", 1);
+  b.Node("MatMul", {"y", "W3"}, "y2");
+  b.Node("Add", {"y2", "c"}, "y3");
+  b.Node("Sub", {"y3", "target"}, "d");
+  b.Node("Mul", {"d", "d"}, "sq");
+  ModelBuilder::IntAttr(b.Node("ReduceMean", {"sq"}, "mse"), "keepdims", 0);
+  onnx::NodeProto* g = b.Node("Gemm", {"A", "W4", "C"}, "g");
+  ModelBuilder::IntAttr(g, "transA", 1);
+  ModelBuilder::FloatAttr(g, "alpha", 0.5f);
+  ModelBuilder::FloatAttr(g, "beta", 2.0f);
+  b.Node("Mul", {"g", "y3"}, "gy");
+  ModelBuilder::IntAttr(b.Node("ReduceSum", {"gy"}, "s"), "keepdims", 0);
+  b.Node("Mul", {"s", "tenth"}, "s_scaled");
+  b.Node("Neg", {"s_scaled"}, "neg");
+  b.Node("Neg", {"neg"}, "pos");
+  b.Node("Add", {"mse", "pos"}, "sum");
+  b.Node("Identity", {"sum"}, "loss");
+  b.Output("loss");
+  return b;
+}
+
+NamedTensors RandomInputs(const ModelBuilder& builder, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  NamedTensors inputs;
+  for (const auto& [name, dims] : builder.shapes()) {
+    int64_t count = 1;
+    for (int64_t dim : dims) count *= dim;
+    std::vector<double> values(count);
+    for (double& value : values) value = normal(rng);
+    inputs.emplace_back(name, *Tensor::FromVector<double>(dims, values));
+  }
+  return inputs;
+}
+
+double RunLoss(const Session& session, const NamedTensors& inputs) {
+  auto outputs = session.Run(inputs);
+  EXPECT_TRUE(outputs.ok()) << outputs.status();
+  return outputs.ok() ? (*outputs)[0].second.data<double>()[0] : NAN;
+}
+
+TEST(GradientBuilderTest, GradientsMatchCentralFiniteDifferences) {
+  const ModelBuilder builder = MixedModel();
+  const std::vector<std::string> parameters = {"W1", "b1", "W2", "b2", "W3", "c", "A", "W4", "C"};
+  auto gradient_model = BuildGradientModel(builder.model(), {"loss", parameters});
+  ASSERT_TRUE(gradient_model.ok()) << gradient_model.status();
+  // The result is a valid ONNX model: the loader runs the checker and strict shape inference.
+  auto validated = LoadModelFromBytes(gradient_model->SerializeAsString());
+  ASSERT_TRUE(validated.ok()) << validated.status();
+  auto gradient_session = Session::Create(*validated);
+  ASSERT_TRUE(gradient_session.ok()) << gradient_session.status();
+  auto forward_session = Session::Create(builder.model());
+  ASSERT_TRUE(forward_session.ok()) << forward_session.status();
+
+  const NamedTensors inputs = RandomInputs(builder, 7);
+  auto outputs = (*gradient_session)->Run(inputs);
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  std::map<std::string, Tensor> analytic;
+  for (const auto& [name, tensor] : *outputs) analytic[name] = tensor;
+  EXPECT_NEAR(analytic.at("loss").data<double>()[0], RunLoss(**forward_session, inputs), 1e-12);
+
+  constexpr double kStep = 1e-6;
+  for (const std::string& parameter : parameters) {
+    const Tensor& gradient = analytic.at(GradientName(parameter));
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      if (inputs[k].first != parameter) continue;
+      ASSERT_EQ(gradient.shape(), inputs[k].second.shape()) << parameter;
+      for (int64_t i = 0; i < gradient.num_elements(); ++i) {
+        NamedTensors plus = inputs, minus = inputs;
+        plus[k].second = *Tensor::Allocate(DataType::kFloat64, inputs[k].second.shape());
+        minus[k].second = *Tensor::Allocate(DataType::kFloat64, inputs[k].second.shape());
+        for (int64_t j = 0; j < gradient.num_elements(); ++j) {
+          const double value = inputs[k].second.data<double>()[j];
+          plus[k].second.mutable_data<double>()[j] = value + (j == i ? kStep : 0.0);
+          minus[k].second.mutable_data<double>()[j] = value - (j == i ? kStep : 0.0);
+        }
+        const double numeric =
+            (RunLoss(**forward_session, plus) - RunLoss(**forward_session, minus)) / (2 * kStep);
+        EXPECT_NEAR(gradient.data<double>()[i], numeric, 1e-6 * std::max(1.0, std::fabs(numeric)))
+            << parameter << "[" << i << "]";
+      }
+    }
+  }
+}
+
+TEST(GradientBuilderTest, AnOpWithoutAGradientRuleOnThePathIsReportedWithTheParametersItBlocks) {
+  ModelBuilder b;
+  b.Input("x", {2});
+  b.Input("w", {2});
+  b.Node("Mul", {"x", "w"}, "p");
+  b.Node("Sigmoid", {"p"}, "s");  // no rule yet
+  ModelBuilder::IntAttr(b.Node("ReduceSum", {"s"}, "loss"), "keepdims", 0);
+  b.Output("loss");
+  auto result = BuildGradientModel(b.model(), {"loss", {"w"}});
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(result.status().message(), HasSubstr("Sigmoid"));
+  EXPECT_THAT(result.status().message(), HasSubstr("w"));
+}
+
+TEST(GradientBuilderTest, RefusesANonScalarLossAndAnUnusedParameter) {
+  ModelBuilder b;
+  b.Input("x", {2});
+  b.Input("w", {2});
+  b.Input("unused", {2});
+  b.Node("Mul", {"x", "w"}, "p");
+  ModelBuilder::IntAttr(b.Node("ReduceSum", {"p"}, "loss"), "keepdims", 0);
+  b.Output("p", {2});
+  b.Output("loss");
+  EXPECT_EQ(BuildGradientModel(b.model(), {"p", {"w"}}).status().code(), absl::StatusCode::kInvalidArgument);
+  auto unused = BuildGradientModel(b.model(), {"loss", {"w", "unused"}});
+  EXPECT_EQ(unused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unused.status().message(), HasSubstr("unused"));
+  EXPECT_TRUE(BuildGradientModel(b.model(), {"loss", {"w"}}).ok());
+}
+
+}  // namespace
+}  // namespace traind::engine

@@ -1,0 +1,96 @@
+// What a gradient rule sees: one forward node, the names of the gradients flowing into its outputs, the
+// names it must produce for its inputs' gradients, and helpers that emit backward ONNX nodes.
+//
+// A rule lives next to its op's kernel (engine/ops/<family>.cc) and is registered on the op's line of
+// engine/ops/op_list.inc with TRAIND_GRADIENT(rule). Vocabulary, after ONNX Runtime's gradient builders:
+//   I(i)   forward input i            O(i)   forward output i
+//   GO(i)  gradient of output i (empty when no gradient reaches that output)
+//   GI(i)  name to produce for the gradient of input i, only when NeedsGI(i)
+// Invariants: a rule writes each GI(i) with NeedsGI(i) exactly once and nothing else that is visible; every
+// other value it creates comes from Temp(); it never changes the forward graph.
+#ifndef TRAIND_ENGINE_AUTODIFF_GRADIENT_RULE_H_
+#define TRAIND_ENGINE_AUTODIFF_GRADIENT_RULE_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "onnx/onnx_pb.h"
+
+namespace traind::engine {
+
+// Static facts about forward values, from onnx shape inference.
+struct ValueFacts {
+  int32_t elem_type = 0;      // onnx::TensorProto::DataType; 0 when unknown.
+  bool has_static_shape = false;
+  std::vector<int64_t> dims;  // Valid when has_static_shape.
+};
+
+class GradientRuleContext {
+ public:
+  // Everything the context needs from the builder that owns the backward graph.
+  struct Callbacks {
+    std::function<const ValueFacts*(const std::string& value)> facts;
+    std::function<std::string(absl::string_view hint)> temp_name;
+    std::function<onnx::NodeProto*()> add_node;
+  };
+
+  GradientRuleContext(const onnx::NodeProto& node, std::vector<std::string> output_gradients,
+                      std::vector<std::string> input_gradients, Callbacks callbacks)
+      : node_(node),
+        output_gradients_(std::move(output_gradients)),
+        input_gradients_(std::move(input_gradients)),
+        callbacks_(std::move(callbacks)) {}
+
+  const onnx::NodeProto& node() const { return node_; }
+  int num_inputs() const { return node_.input_size(); }
+  const std::string& I(int i) const { return node_.input(i); }
+  const std::string& O(int i) const { return node_.output(i); }
+  const std::string& GO(int i) const { return output_gradients_[i]; }
+  bool HasGO(int i) const { return i < static_cast<int>(output_gradients_.size()) && !output_gradients_[i].empty(); }
+  bool NeedsGI(int i) const { return i < static_cast<int>(input_gradients_.size()) && !input_gradients_[i].empty(); }
+  const std::string& GI(int i) const { return input_gradients_[i]; }
+
+  // Shape inference's facts about a forward value; null when it has none.
+  const ValueFacts* Facts(const std::string& value) const { return callbacks_.facts(value); }
+  // The element type of a forward value; an error naming the node when unknown.
+  absl::StatusOr<int32_t> ElemType(const std::string& value) const;
+  // The static shape of a forward value; an error naming the node when it is dynamic or unknown.
+  absl::StatusOr<std::vector<int64_t>> StaticShape(const std::string& value) const;
+
+  // An int/float attribute of the forward node, or `fallback`.
+  int64_t IntAttr(absl::string_view name, int64_t fallback) const;
+  float FloatAttr(absl::string_view name, float fallback) const;
+  std::vector<int64_t> IntsAttr(absl::string_view name) const;
+
+  // A fresh value name, unique in the whole graph.
+  std::string Temp(absl::string_view hint) { return callbacks_.temp_name(hint); }
+  // Appends a backward node computing `outputs` from `inputs`; returns it for attributes.
+  onnx::NodeProto* Emit(absl::string_view op_type, const std::vector<std::string>& inputs,
+                        const std::vector<std::string>& outputs);
+  // A scalar constant of `elem_type` (float, double) holding `value`.
+  std::string ScalarConstant(double value, int32_t elem_type);
+  // A 1-D int64 constant.
+  std::string Int64Constant(const std::vector<int64_t>& values);
+
+  // Writes into `out` the gradient `gradient` (shaped like `broadcast_value`) summed over the dimensions that
+  // numpy broadcasting added to `input` — identity when the shapes agree. Static shapes required.
+  absl::Status ReduceToShapeOf(const std::string& gradient, const std::string& broadcast_value,
+                               const std::string& input, const std::string& out);
+
+  std::string Label() const;
+
+ private:
+  const onnx::NodeProto& node_;
+  std::vector<std::string> output_gradients_;
+  std::vector<std::string> input_gradients_;
+  Callbacks callbacks_;
+};
+
+}  // namespace traind::engine
+
+#endif  // TRAIND_ENGINE_AUTODIFF_GRADIENT_RULE_H_
