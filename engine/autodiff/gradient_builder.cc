@@ -61,7 +61,7 @@ class Builder {
     std::vector<bool> on_path = NodesBetweenParametersAndLoss(num_forward_nodes);
 
     // Seed: d(loss)/d(loss) = 1.
-    GradientRuleContext seed_context(graph_.node(0), {}, {}, Callbacks());
+    GradientRuleContext seed_context(graph_.node(0), 0, {}, {}, Callbacks());
     partials_[options_.loss].push_back(seed_context.ScalarConstant(1.0, loss->elem_type));
 
     for (int n = num_forward_nodes - 1; n >= 0; --n) {
@@ -88,7 +88,7 @@ class Builder {
                             IsFloatType(facts->elem_type);
         input_gradients.push_back(needed ? TempName(input + "_grad_part") : "");
       }
-      GradientRuleContext context(node, output_gradients, input_gradients, Callbacks());
+      GradientRuleContext context(node, OpsetOf(node), output_gradients, input_gradients, Callbacks());
       if (absl::Status status = registration->gradient.rule(context); !status.ok()) {
         return absl::Status(status.code(), absl::StrCat("gradient of ", context.Label(), ": ", status.message()));
       }
@@ -103,7 +103,7 @@ class Builder {
         return absl::InvalidArgumentError(
             absl::StrCat("the loss '", options_.loss, "' does not depend on parameter '", parameter, "'"));
       }
-      GradientRuleContext context(graph_.node(0), {}, {}, Callbacks());
+      GradientRuleContext context(graph_.node(0), 0, {}, {}, Callbacks());
       context.Emit("Identity", {gradient}, {GradientName(parameter)});
       // The gradient has its parameter's type, symbolic dims included.
       onnx::ValueInfoProto* output = graph_.add_output();
@@ -218,7 +218,7 @@ class Builder {
     if (it == partials_.end() || it->second.empty()) return "";
     if (it->second.size() == 1) return it->second.front();
     const std::string total = TempName(value + "_grad");
-    GradientRuleContext context(graph_.node(0), {}, {}, Callbacks());
+    GradientRuleContext context(graph_.node(0), 0, {}, {}, Callbacks());
     context.Emit("Sum", it->second, {total});
     it->second = {total};
     return total;

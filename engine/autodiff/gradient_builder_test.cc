@@ -47,6 +47,14 @@ class ModelBuilder {
     tensor->add_double_data(value);
   }
 
+  void Int64Initializer(const std::string& name, const std::vector<int64_t>& values) {
+    auto* tensor = model_.mutable_graph()->add_initializer();
+    tensor->set_name(name);
+    tensor->set_data_type(onnx::TensorProto::INT64);
+    tensor->add_dims(static_cast<int64_t>(values.size()));
+    for (int64_t value : values) tensor->add_int64_data(value);
+  }
+
   onnx::NodeProto* Node(const std::string& op, std::vector<std::string> inputs, const std::string& output) {
     auto* node = model_.mutable_graph()->add_node();
     node->set_op_type(op);
@@ -116,15 +124,16 @@ ModelBuilder MixedModel() {
   return b;
 }
 
-NamedTensors RandomInputs(const ModelBuilder& builder, uint32_t seed) {
+NamedTensors RandomInputs(const ModelBuilder& builder, uint32_t seed, bool positive) {
   std::mt19937 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uniform(0.5, 2.0);
   NamedTensors inputs;
   for (const auto& [name, dims] : builder.shapes()) {
     int64_t count = 1;
     for (int64_t dim : dims) count *= dim;
     std::vector<double> values(count);
-    for (double& value : values) value = normal(rng);
+    for (double& value : values) value = positive ? uniform(rng) : normal(rng);
     inputs.emplace_back(name, *Tensor::FromVector<double>(dims, values));
   }
   return inputs;
@@ -136,9 +145,10 @@ double RunLoss(const Session& session, const NamedTensors& inputs) {
   return outputs.ok() ? (*outputs)[0].second.data<double>()[0] : NAN;
 }
 
-TEST(GradientBuilderTest, GradientsMatchCentralFiniteDifferences) {
-  const ModelBuilder builder = MixedModel();
-  const std::vector<std::string> parameters = {"W1", "b1", "W2", "b2", "W3", "c", "A", "W4", "C"};
+// Builds the gradient model of `builder`'s "loss" for `parameters`, checks that it is a valid ONNX model, and
+// compares every gradient element with a central difference of the forward model.
+void ExpectGradientsMatchFiniteDifferences(const ModelBuilder& builder, const std::vector<std::string>& parameters,
+                                           const NamedTensors& inputs) {
   auto gradient_model = BuildGradientModel(builder.model(), {"loss", parameters});
   ASSERT_TRUE(gradient_model.ok()) << gradient_model.status();
   // The result is a valid ONNX model: the loader runs the checker and strict shape inference.
@@ -149,7 +159,6 @@ TEST(GradientBuilderTest, GradientsMatchCentralFiniteDifferences) {
   auto forward_session = Session::Create(builder.model());
   ASSERT_TRUE(forward_session.ok()) << forward_session.status();
 
-  const NamedTensors inputs = RandomInputs(builder, 7);
   auto outputs = (*gradient_session)->Run(inputs);
   ASSERT_TRUE(outputs.ok()) << outputs.status();
   std::map<std::string, Tensor> analytic;
@@ -180,17 +189,86 @@ TEST(GradientBuilderTest, GradientsMatchCentralFiniteDifferences) {
   }
 }
 
+TEST(GradientBuilderTest, GradientsMatchCentralFiniteDifferences) {
+  const ModelBuilder builder = MixedModel();
+  ExpectGradientsMatchFiniteDifferences(builder, {"W1", "b1", "W2", "b2", "W3", "c", "A", "W4", "C"},
+                                        RandomInputs(builder, 7, /*positive=*/false));
+}
+
+// One op per case: y = op(inputs, attributes); loss = sum(y * y). Inputs are drawn in [0.5, 2] when `positive`
+// (Log, Sqrt, Pow's base), else from a normal distribution.
+struct OpCase {
+  std::string op;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> inputs;  // all differentiated
+  std::vector<std::pair<std::string, std::vector<int64_t>>> int64_inputs = {};  // constant operands
+  std::vector<std::pair<std::string, int64_t>> int_attributes = {};
+  std::vector<std::pair<std::string, std::vector<int64_t>>> ints_attributes = {};
+  std::vector<std::pair<std::string, float>> float_attributes = {};
+  bool positive = false;
+};
+
+class OpGradientTest : public ::testing::TestWithParam<OpCase> {};
+
+TEST_P(OpGradientTest, MatchesFiniteDifferences) {
+  const OpCase& c = GetParam();
+  ModelBuilder b;
+  std::vector<std::string> names, parameters;
+  for (const auto& [name, dims] : c.inputs) {
+    b.Input(name, dims);
+    names.push_back(name);
+    parameters.push_back(name);
+  }
+  for (const auto& [name, values] : c.int64_inputs) {
+    b.Int64Initializer(name, values);
+    names.push_back(name);
+  }
+  onnx::NodeProto* node = b.Node(c.op, names, "y");
+  for (const auto& [name, value] : c.int_attributes) ModelBuilder::IntAttr(node, name.c_str(), value);
+  for (const auto& [name, value] : c.float_attributes) ModelBuilder::FloatAttr(node, name.c_str(), value);
+  for (const auto& [name, values] : c.ints_attributes) {
+    auto* attribute = node->add_attribute();
+    attribute->set_name(name);
+    attribute->set_type(onnx::AttributeProto::INTS);
+    for (int64_t value : values) attribute->add_ints(value);
+  }
+  b.Node("Mul", {"y", "y"}, "y2");
+  ModelBuilder::IntAttr(b.Node("ReduceSum", {"y2"}, "loss"), "keepdims", 0);
+  b.Output("loss");
+  ExpectGradientsMatchFiniteDifferences(b, parameters, RandomInputs(b, 11, c.positive));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ops, OpGradientTest,
+    ::testing::Values(
+        OpCase{"Sigmoid", {{"x", {2, 3}}}}, OpCase{"Exp", {{"x", {2, 3}}}},
+        OpCase{"Log", {{"x", {2, 3}}}, {}, {}, {}, {}, true}, OpCase{"Sqrt", {{"x", {2, 3}}}, {}, {}, {}, {}, true},
+        OpCase{"Erf", {{"x", {2, 3}}}}, OpCase{"Reciprocal", {{"x", {2, 3}}}, {}, {}, {}, {}, true},
+        OpCase{"Abs", {{"x", {2, 3}}}}, OpCase{"LeakyRelu", {{"x", {2, 3}}}, {}, {}, {}, {{"alpha", 0.2f}}},
+        OpCase{"Softplus", {{"x", {2, 3}}}}, OpCase{"Tanh", {{"x", {2, 3}}}}, OpCase{"Relu", {{"x", {2, 3}}}},
+        OpCase{"Neg", {{"x", {2, 3}}}}, OpCase{"Add", {{"a", {2, 3}}, {"b", {3}}}},
+        OpCase{"Sub", {{"a", {2, 1}}, {"b", {2, 3}}}}, OpCase{"Mul", {{"a", {2, 3}}, {"b", {1, 3}}}},
+        OpCase{"Div", {{"a", {2, 3}}, {"b", {3}}}, {}, {}, {}, {}, true},
+        OpCase{"Pow", {{"a", {2, 3}}, {"b", {2, 3}}}, {}, {}, {}, {}, true},
+        OpCase{"Reshape", {{"x", {2, 3}}}, {{"shape", {3, 2}}}}, OpCase{"Flatten", {{"x", {2, 3, 2}}}},
+        OpCase{"Squeeze", {{"x", {2, 1, 3}}}, {{"axes", {1}}}}, OpCase{"Unsqueeze", {{"x", {2, 3}}}, {{"axes", {0}}}},
+        OpCase{"Transpose", {{"x", {2, 3, 4}}}, {}, {}, {{"perm", {2, 0, 1}}}},
+        OpCase{"Concat", {{"a", {2, 3}}, {"b", {2, 2}}}, {}, {{"axis", 1}}},
+        OpCase{"Softmax", {{"x", {2, 3, 4}}}, {}, {{"axis", 1}}},
+        OpCase{"LogSoftmax", {{"x", {2, 4}}}, {}, {{"axis", -1}}},
+        OpCase{"MatMul", {{"a", {3, 4}}, {"b", {4, 2}}}},
+        OpCase{"ReduceMean", {{"x", {2, 3, 4}}}, {}, {{"keepdims", 0}}, {{"axes", {0, 2}}}}));
+
 TEST(GradientBuilderTest, AnOpWithoutAGradientRuleOnThePathIsReportedWithTheParametersItBlocks) {
   ModelBuilder b;
   b.Input("x", {2});
   b.Input("w", {2});
   b.Node("Mul", {"x", "w"}, "p");
-  b.Node("Sigmoid", {"p"}, "s");  // no rule yet
+  b.Node("Elu", {"p"}, "s");  // no rule yet
   ModelBuilder::IntAttr(b.Node("ReduceSum", {"s"}, "loss"), "keepdims", 0);
   b.Output("loss");
   auto result = BuildGradientModel(b.model(), {"loss", {"w"}});
   ASSERT_EQ(result.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(result.status().message(), HasSubstr("Sigmoid"));
+  EXPECT_THAT(result.status().message(), HasSubstr("Elu"));
   EXPECT_THAT(result.status().message(), HasSubstr("w"));
 }
 

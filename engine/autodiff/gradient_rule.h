@@ -39,14 +39,17 @@ class GradientRuleContext {
     std::function<onnx::NodeProto*()> add_node;
   };
 
-  GradientRuleContext(const onnx::NodeProto& node, std::vector<std::string> output_gradients,
+  GradientRuleContext(const onnx::NodeProto& node, int opset, std::vector<std::string> output_gradients,
                       std::vector<std::string> input_gradients, Callbacks callbacks)
       : node_(node),
+        opset_(opset),
         output_gradients_(std::move(output_gradients)),
         input_gradients_(std::move(input_gradients)),
         callbacks_(std::move(callbacks)) {}
 
   const onnx::NodeProto& node() const { return node_; }
+  // The opset of the node's domain that the model imports (attributes changed meaning across opsets).
+  int opset() const { return opset_; }
   int num_inputs() const { return node_.input_size(); }
   const std::string& I(int i) const { return node_.input(i); }
   const std::string& O(int i) const { return node_.output(i); }
@@ -86,6 +89,7 @@ class GradientRuleContext {
 
  private:
   const onnx::NodeProto& node_;
+  int opset_;
   std::vector<std::string> output_gradients_;
   std::vector<std::string> input_gradients_;
   Callbacks callbacks_;

@@ -251,4 +251,43 @@ absl::Status MulGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+// y = a / b: da = dy / b, db = -dy * y / b.
+absl::Status DivGradient(GradientRuleContext& g) {
+  if (g.NeedsGI(0)) {
+    const std::string quotient = g.Temp("dy_over_b");
+    g.Emit("Div", {g.GO(0), g.I(1)}, {quotient});
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(quotient, g.O(0), g.I(0), g.GI(0)));
+  }
+  if (g.NeedsGI(1)) {
+    const std::string scaled = g.Temp("dy_y"), ratio = g.Temp("dy_y_over_b"), negated = g.Temp("neg");
+    g.Emit("Mul", {g.GO(0), g.O(0)}, {scaled});
+    g.Emit("Div", {scaled, g.I(1)}, {ratio});
+    g.Emit("Neg", {ratio}, {negated});
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(negated, g.O(0), g.I(1), g.GI(1)));
+  }
+  return absl::OkStatus();
+}
+
+// y = a ^ b: da = dy * b * a^(b-1), db = dy * y * ln(a).
+absl::Status PowGradient(GradientRuleContext& g) {
+  if (g.NeedsGI(0)) {
+    TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+    const std::string exponent = g.Temp("b_minus_1"), power = g.Temp("a_pow"), slope = g.Temp("slope"),
+                      scaled = g.Temp("dy_slope");
+    g.Emit("Sub", {g.I(1), g.ScalarConstant(1.0, type)}, {exponent});
+    g.Emit("Pow", {g.I(0), exponent}, {power});
+    g.Emit("Mul", {power, g.I(1)}, {slope});
+    g.Emit("Mul", {g.GO(0), slope}, {scaled});
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(scaled, g.O(0), g.I(0), g.GI(0)));
+  }
+  if (g.NeedsGI(1)) {
+    const std::string log_a = g.Temp("log_a"), scaled = g.Temp("dy_y"), product = g.Temp("dy_y_log_a");
+    g.Emit("Log", {g.I(0)}, {log_a});
+    g.Emit("Mul", {g.GO(0), g.O(0)}, {scaled});
+    g.Emit("Mul", {scaled, log_a}, {product});
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(product, g.O(0), g.I(1), g.GI(1)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace traind::engine

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/strided_copy.h"
 #include "engine/runtime/dispatch.h"
@@ -128,6 +129,42 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateTransposeKernel(const KernelInit& 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateConcatKernel(const KernelInit& init) {
   TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", std::nullopt));
   return std::unique_ptr<Kernel>(new ConcatKernel(axis));
+}
+
+// dx = Transpose(dy) by the inverse permutation.
+absl::Status TransposeGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  std::vector<int64_t> perm = g.IntsAttr("perm");
+  if (perm.empty()) {
+    TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) perm.push_back(d);
+  }
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = static_cast<int64_t>(d);
+  onnx::NodeProto* node = g.Emit("Transpose", {g.GO(0)}, {g.GI(0)});
+  auto* attribute = node->add_attribute();
+  attribute->set_name("perm");
+  attribute->set_type(onnx::AttributeProto::INTS);
+  for (int64_t axis : inverse) attribute->add_ints(axis);
+  return absl::OkStatus();
+}
+
+// Each input's gradient is its slice of dy along the concatenation axis.
+absl::Status ConcatGradient(GradientRuleContext& g) {
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> out_shape, g.StaticShape(g.O(0)));
+  int64_t axis = g.IntAttr("axis", 0);
+  if (axis < 0) axis += static_cast<int64_t>(out_shape.size());
+  int64_t offset = 0;
+  for (int i = 0; i < g.num_inputs(); ++i) {
+    TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(i)));
+    const int64_t length = shape[axis];
+    if (g.NeedsGI(i)) {
+      g.Emit("Slice", {g.GO(0), g.Int64Constant({offset}), g.Int64Constant({offset + length}), g.Int64Constant({axis})},
+             {g.GI(i)});
+    }
+    offset += length;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

@@ -233,4 +233,13 @@ absl::Status IdentityGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+// Reshape, Flatten, Squeeze, Unsqueeze only relabel elements: dx = dy reshaped to x's shape.
+absl::Status ReshapeLikeGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  const std::string shape = g.Temp("x_shape");
+  g.Emit("Shape", {g.I(0)}, {shape});
+  g.Emit("Reshape", {g.GO(0), shape}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
 }  // namespace traind::engine

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dnnl.hpp"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/axis_split.h"
 #include "engine/ops/softmax_slab.h"
@@ -186,6 +187,47 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateLogSoftmaxKernel(const KernelInit&
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateHardmaxKernel(const KernelInit& init) {
   return CreateSoftmaxFamilyKernel(init, SoftmaxKind::kHardmax);
+}
+
+namespace {
+
+// The axes a softmax normalises over: `axis` alone from opset 13, `axis` and every later axis before (the
+// input was coerced to 2-D at `axis`).
+absl::StatusOr<std::vector<int64_t>> SoftmaxAxes(GradientRuleContext& g) {
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t axis = g.IntAttr("axis", g.opset() >= 13 ? -1 : 1);
+  if (axis < 0) axis += rank;
+  if (g.opset() >= 13) return std::vector<int64_t>{axis};
+  std::vector<int64_t> axes;
+  for (int64_t d = axis; d < rank; ++d) axes.push_back(d);
+  return axes;
+}
+
+}  // namespace
+
+// Softmax: dx = y * (dy - sum(dy * y)) over the normalised axes.
+absl::Status SoftmaxGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> axes, SoftmaxAxes(g));
+  const std::string product = g.Temp("dy_y"), summed = g.Temp("sum_dy_y"), centered = g.Temp("centered");
+  g.Emit("Mul", {g.GO(0), g.O(0)}, {product});
+  g.Emit("ReduceSum", {product, g.Int64Constant(axes)}, {summed});
+  g.Emit("Sub", {g.GO(0), summed}, {centered});
+  g.Emit("Mul", {g.O(0), centered}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
+// LogSoftmax: dx = dy - exp(y) * sum(dy) over the normalised axes.
+absl::Status LogSoftmaxGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> axes, SoftmaxAxes(g));
+  const std::string summed = g.Temp("sum_dy"), probabilities = g.Temp("p"), scaled = g.Temp("p_sum");
+  g.Emit("ReduceSum", {g.GO(0), g.Int64Constant(axes)}, {summed});
+  g.Emit("Exp", {g.O(0)}, {probabilities});
+  g.Emit("Mul", {probabilities, summed}, {scaled});
+  g.Emit("Sub", {g.GO(0), scaled}, {g.GI(0)});
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

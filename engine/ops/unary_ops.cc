@@ -165,4 +165,121 @@ absl::Status NegGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// GI(0) = GO(0) * factor.
+void EmitScaled(GradientRuleContext& g, const std::string& factor) { g.Emit("Mul", {g.GO(0), factor}, {g.GI(0)}); }
+
+// A float 0/1 mask of `condition` (a bool value) in the forward input's type.
+absl::StatusOr<std::string> Mask(GradientRuleContext& g, const std::string& condition) {
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string mask = g.Temp("mask");
+  onnx::NodeProto* cast = g.Emit("Cast", {condition}, {mask});
+  auto* to = cast->add_attribute();
+  to->set_name("to");
+  to->set_type(onnx::AttributeProto::INT);
+  to->set_i(type);
+  return mask;
+}
+
+}  // namespace
+
+// dx = dy * y * (1 - y).
+absl::Status SigmoidGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string one_minus = g.Temp("one_minus_y");
+  g.Emit("Sub", {g.ScalarConstant(1.0, type), g.O(0)}, {one_minus});
+  const std::string slope = g.Temp("slope");
+  g.Emit("Mul", {g.O(0), one_minus}, {slope});
+  EmitScaled(g, slope);
+  return absl::OkStatus();
+}
+
+// dx = dy * y.
+absl::Status ExpGradient(GradientRuleContext& g) {
+  if (g.NeedsGI(0)) EmitScaled(g, g.O(0));
+  return absl::OkStatus();
+}
+
+// dx = dy / x.
+absl::Status LogGradient(GradientRuleContext& g) {
+  if (g.NeedsGI(0)) g.Emit("Div", {g.GO(0), g.I(0)}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
+// dx = dy / (2 y).
+absl::Status SqrtGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string twice = g.Temp("two_y");
+  g.Emit("Mul", {g.O(0), g.ScalarConstant(2.0, type)}, {twice});
+  g.Emit("Div", {g.GO(0), twice}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
+// dx = dy * 2/sqrt(pi) * exp(-x^2).
+absl::Status ErfGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string squared = g.Temp("x2");
+  g.Emit("Mul", {g.I(0), g.I(0)}, {squared});
+  const std::string negated = g.Temp("neg_x2");
+  g.Emit("Neg", {squared}, {negated});
+  const std::string gaussian = g.Temp("exp_neg_x2");
+  g.Emit("Exp", {negated}, {gaussian});
+  const std::string slope = g.Temp("slope");
+  g.Emit("Mul", {gaussian, g.ScalarConstant(1.1283791670955126, type)}, {slope});  // 2/sqrt(pi)
+  EmitScaled(g, slope);
+  return absl::OkStatus();
+}
+
+// dx = -dy * y^2.
+absl::Status ReciprocalGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  const std::string squared = g.Temp("y2");
+  g.Emit("Mul", {g.O(0), g.O(0)}, {squared});
+  const std::string scaled = g.Temp("dy_y2");
+  g.Emit("Mul", {g.GO(0), squared}, {scaled});
+  g.Emit("Neg", {scaled}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
+// dx = dy * sign(x) (0 at 0, as PyTorch).
+absl::Status AbsGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string zero = g.ScalarConstant(0.0, type);
+  const std::string positive = g.Temp("positive"), negative = g.Temp("negative");
+  g.Emit("Greater", {g.I(0), zero}, {positive});
+  g.Emit("Less", {g.I(0), zero}, {negative});
+  TRAIND_ASSIGN_OR_RETURN(std::string positive_mask, Mask(g, positive));
+  TRAIND_ASSIGN_OR_RETURN(std::string negative_mask, Mask(g, negative));
+  const std::string sign = g.Temp("sign");
+  g.Emit("Sub", {positive_mask, negative_mask}, {sign});
+  EmitScaled(g, sign);
+  return absl::OkStatus();
+}
+
+// dx = dy where x > 0, alpha * dy elsewhere.
+absl::Status LeakyReluGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string positive = g.Temp("positive");
+  g.Emit("Greater", {g.I(0), g.ScalarConstant(0.0, type)}, {positive});
+  const std::string scaled = g.Temp("alpha_dy");
+  g.Emit("Mul", {g.GO(0), g.ScalarConstant(g.FloatAttr("alpha", 0.01f), type)}, {scaled});
+  g.Emit("Where", {positive, g.GO(0), scaled}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
+// dx = dy * sigmoid(x).
+absl::Status SoftplusGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  const std::string sigmoid = g.Temp("sigmoid");
+  g.Emit("Sigmoid", {g.I(0)}, {sigmoid});
+  EmitScaled(g, sigmoid);
+  return absl::OkStatus();
+}
+
 }  // namespace traind::engine
