@@ -18,6 +18,11 @@ bool IsFloatType(int32_t elem_type) {
          elem_type == onnx::TensorProto::FLOAT16 || elem_type == onnx::TensorProto::BFLOAT16;
 }
 
+// Values of unknown type (shape inference found none) may carry gradients; integer and bool values never do.
+bool MayCarryGradient(const ValueFacts* facts) {
+  return facts == nullptr || facts->elem_type == 0 || IsFloatType(facts->elem_type);
+}
+
 ValueFacts FactsOf(const onnx::TypeProto& type) {
   ValueFacts facts;
   if (!type.has_tensor_type()) return facts;
@@ -84,8 +89,7 @@ class Builder {
       std::vector<std::string> input_gradients;
       for (const std::string& input : node.input()) {
         const ValueFacts* facts = Facts(input);
-        const bool needed = !input.empty() && requires_grad_.contains(input) && facts != nullptr &&
-                            IsFloatType(facts->elem_type);
+        const bool needed = !input.empty() && requires_grad_.contains(input) && MayCarryGradient(facts);
         input_gradients.push_back(needed ? TempName(input + "_grad_part") : "");
       }
       GradientRuleContext context(node, OpsetOf(node), output_gradients, input_gradients, Callbacks());
@@ -174,8 +178,7 @@ class Builder {
       for (const auto& input : node.input()) depends |= requires_grad_.contains(input);
       if (!depends) continue;
       for (const auto& output : node.output()) {
-        const ValueFacts* facts = Facts(output);
-        if (facts == nullptr || IsFloatType(facts->elem_type)) requires_grad_.insert(output);
+        if (MayCarryGradient(Facts(output))) requires_grad_.insert(output);
       }
     }
   }

@@ -205,6 +205,8 @@ struct OpCase {
   std::vector<std::pair<std::string, std::vector<int64_t>>> ints_attributes = {};
   std::vector<std::pair<std::string, float>> float_attributes = {};
   bool positive = false;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> fixed = {};  // float inputs, not differentiated
+  int extra_outputs = 0;  // unused outputs after y (e.g. BatchNormalization's running statistics)
 };
 
 class OpGradientTest : public ::testing::TestWithParam<OpCase> {};
@@ -222,7 +224,12 @@ TEST_P(OpGradientTest, MatchesFiniteDifferences) {
     b.Int64Initializer(name, values);
     names.push_back(name);
   }
+  for (const auto& [name, dims] : c.fixed) {
+    b.Input(name, dims);
+    names.push_back(name);
+  }
   onnx::NodeProto* node = b.Node(c.op, names, "y");
+  for (int i = 0; i < c.extra_outputs; ++i) node->add_output("extra" + std::to_string(i));
   for (const auto& [name, value] : c.int_attributes) ModelBuilder::IntAttr(node, name.c_str(), value);
   for (const auto& [name, value] : c.float_attributes) ModelBuilder::FloatAttr(node, name.c_str(), value);
   for (const auto& [name, values] : c.ints_attributes) {
@@ -256,7 +263,16 @@ INSTANTIATE_TEST_SUITE_P(
         OpCase{"Softmax", {{"x", {2, 3, 4}}}, {}, {{"axis", 1}}},
         OpCase{"LogSoftmax", {{"x", {2, 4}}}, {}, {{"axis", -1}}},
         OpCase{"MatMul", {{"a", {3, 4}}, {"b", {4, 2}}}},
-        OpCase{"ReduceMean", {{"x", {2, 3, 4}}}, {}, {{"keepdims", 0}}, {{"axes", {0, 2}}}}));
+        OpCase{"ReduceMean", {{"x", {2, 3, 4}}}, {}, {{"keepdims", 0}}, {{"axes", {0, 2}}}},
+        OpCase{"MatMul", {{"a", {2, 3, 4}}, {"b", {4, 2}}}}, OpCase{"MatMul", {{"a", {2, 1, 3, 4}}, {"b", {3, 4, 2}}}},
+        OpCase{"LayerNormalization", {{"x", {2, 3, 4}}, {"scale", {4}}, {"bias", {4}}}},
+        OpCase{"LayerNormalization", {{"x", {2, 3, 4}}, {"scale", {3, 4}}}, {}, {{"axis", 1}}},
+        OpCase{"BatchNormalization", {{"x", {3, 2, 2, 2}}, {"scale", {2}}, {"bias", {2}}}, {}, {{"training_mode", 1}},
+               {}, {}, false, {{"mean", {2}}, {"var", {2}}}, 2},
+        OpCase{"BatchNormalization", {{"x", {3, 2, 2}}, {"scale", {2}}, {"bias", {2}}}, {}, {}, {}, {}, true,
+               {{"mean", {2}}, {"var", {2}}}},
+        OpCase{"GlobalAveragePool", {{"x", {2, 3, 2, 2}}}},
+        OpCase{"Gather", {{"table", {5, 3}}}, {{"indices", {1, 3, 1, 4}}}}));
 
 TEST(GradientBuilderTest, AnOpWithoutAGradientRuleOnThePathIsReportedWithTheParametersItBlocks) {
   ModelBuilder b;

@@ -91,6 +91,34 @@ absl::Status GradientRuleContext::ReduceToShapeOf(const std::string& gradient, c
                                                   const std::string& input, const std::string& out) {
   absl::StatusOr<std::vector<int64_t>> full = StaticShape(broadcast_value);
   if (!full.ok()) return full.status();
+  return ReduceToShape(gradient, *full, input, out);
+}
+
+void GradientRuleContext::SetIntAttr(onnx::NodeProto* node, absl::string_view name, int64_t value) {
+  auto* attribute = node->add_attribute();
+  attribute->set_name(std::string(name));
+  attribute->set_type(onnx::AttributeProto::INT);
+  attribute->set_i(value);
+}
+
+void GradientRuleContext::SetIntsAttr(onnx::NodeProto* node, absl::string_view name,
+                                      const std::vector<int64_t>& values) {
+  auto* attribute = node->add_attribute();
+  attribute->set_name(std::string(name));
+  attribute->set_type(onnx::AttributeProto::INTS);
+  for (int64_t value : values) attribute->add_ints(value);
+}
+
+void GradientRuleContext::SetFloatAttr(onnx::NodeProto* node, absl::string_view name, float value) {
+  auto* attribute = node->add_attribute();
+  attribute->set_name(std::string(name));
+  attribute->set_type(onnx::AttributeProto::FLOAT);
+  attribute->set_f(value);
+}
+
+absl::Status GradientRuleContext::ReduceToShape(const std::string& gradient, const std::vector<int64_t>& full_shape,
+                                                const std::string& input, const std::string& out) {
+  const std::vector<int64_t>* full = &full_shape;
   absl::StatusOr<std::vector<int64_t>> target = StaticShape(input);
   if (!target.ok()) return target.status();
   if (*full == *target) {

@@ -84,6 +84,13 @@ class GradientRuleContext {
   // numpy broadcasting added to `input` — identity when the shapes agree. Static shapes required.
   absl::Status ReduceToShapeOf(const std::string& gradient, const std::string& broadcast_value,
                                const std::string& input, const std::string& out);
+  // The same with the gradient's (broadcast) shape given explicitly.
+  absl::Status ReduceToShape(const std::string& gradient, const std::vector<int64_t>& full_shape,
+                             const std::string& input, const std::string& out);
+  // An attribute for `node`.
+  static void SetIntAttr(onnx::NodeProto* node, absl::string_view name, int64_t value);
+  static void SetIntsAttr(onnx::NodeProto* node, absl::string_view name, const std::vector<int64_t>& values);
+  static void SetFloatAttr(onnx::NodeProto* node, absl::string_view name, float value);
 
   std::string Label() const;
 

@@ -16,6 +16,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/runtime/kernel.h"
@@ -121,6 +122,41 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateDropoutKernel(const KernelInit& in
     TRAIND_ASSIGN_OR_RETURN(seed, init.GetInt("seed", std::nullopt));
   }
   return std::unique_ptr<Kernel>(new DropoutKernel(init.opset(), ratio, seed));
+}
+
+// dx = dy * mask / (1 - ratio) in training; the mask is the forward node's second output, which the gradient
+// needs (GenerateArtifacts adds it where a model omits it). Without a mask the node must be in inference mode
+// or have ratio 0, where it is the identity.
+absl::Status DropoutGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  const bool has_mask = g.node().output_size() > 1 && !g.O(1).empty();
+  if (!has_mask) {
+    if (g.num_inputs() > 2 && !g.I(2).empty()) {
+      return absl::UnimplementedError("Dropout with a training_mode input needs its mask output for a gradient");
+    }
+    g.Emit("Identity", {g.GO(0)}, {g.GI(0)});
+    return absl::OkStatus();
+  }
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string mask = g.Temp("mask"), masked = g.Temp("masked");
+  GradientRuleContext::SetIntAttr(g.Emit("Cast", {g.O(1)}, {mask}), "to", type);
+  g.Emit("Mul", {g.GO(0), mask}, {masked});
+  // scale = 1 / (1 - ratio); ratio is the optional second input (default 0.5) or, before opset 12, an attribute.
+  std::string ratio;
+  if (g.opset() >= 12) {
+    if (g.num_inputs() > 1 && !g.I(1).empty()) {
+      ratio = g.Temp("ratio");
+      GradientRuleContext::SetIntAttr(g.Emit("Cast", {g.I(1)}, {ratio}), "to", type);
+    } else {
+      ratio = g.ScalarConstant(0.5, type);
+    }
+  } else {
+    ratio = g.ScalarConstant(g.FloatAttr("ratio", 0.5f), type);
+  }
+  const std::string keep = g.Temp("keep");
+  g.Emit("Sub", {g.ScalarConstant(1.0, type), ratio}, {keep});
+  g.Emit("Div", {masked, keep}, {g.GI(0)});
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

@@ -300,15 +300,43 @@ absl::Status GemmGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
-// Y = A B for matrices: dA = dY B^T, dB = A^T dY. (Batched and vector forms: not yet.)
+// Y = A B, batched with numpy broadcasting of the leading dims: dA = dY B^T and dB = A^T dY (transposing
+// the last two dims), each summed over the batch dims its input was broadcast along. 1-D operands: not yet.
 absl::Status MatMulGradient(GradientRuleContext& g) {
   TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> a_shape, g.StaticShape(g.I(0)));
   TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> b_shape, g.StaticShape(g.I(1)));
-  if (a_shape.size() != 2 || b_shape.size() != 2) {
-    return absl::UnimplementedError("MatMul gradients are implemented for 2-D inputs only so far");
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> y_shape, g.StaticShape(g.O(0)));
+  if (a_shape.size() < 2 || b_shape.size() < 2) {
+    return absl::UnimplementedError("MatMul gradients with a 1-D operand are not supported yet");
   }
-  if (g.NeedsGI(0)) EmitGemm(g, g.GO(0), g.I(1), false, true, 1.0f, g.GI(0));
-  if (g.NeedsGI(1)) EmitGemm(g, g.I(0), g.GO(0), true, false, 1.0f, g.GI(1));
+  if (a_shape.size() == 2 && b_shape.size() == 2) {
+    if (g.NeedsGI(0)) EmitGemm(g, g.GO(0), g.I(1), false, true, 1.0f, g.GI(0));
+    if (g.NeedsGI(1)) EmitGemm(g, g.I(0), g.GO(0), true, false, 1.0f, g.GI(1));
+    return absl::OkStatus();
+  }
+  auto transposed = [&g](const std::string& value, size_t rank) {
+    std::vector<int64_t> perm(rank);
+    for (size_t d = 0; d < rank; ++d) perm[d] = static_cast<int64_t>(d);
+    std::swap(perm[rank - 1], perm[rank - 2]);
+    const std::string out = g.Temp("transposed");
+    GradientRuleContext::SetIntsAttr(g.Emit("Transpose", {value}, {out}), "perm", perm);
+    return out;
+  };
+  const std::vector<int64_t> batch(y_shape.begin(), y_shape.end() - 2);
+  if (g.NeedsGI(0)) {
+    const std::string full = g.Temp("dA_full");
+    g.Emit("MatMul", {g.GO(0), transposed(g.I(1), b_shape.size())}, {full});
+    std::vector<int64_t> full_shape = batch;
+    full_shape.insert(full_shape.end(), a_shape.end() - 2, a_shape.end());
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShape(full, full_shape, g.I(0), g.GI(0)));
+  }
+  if (g.NeedsGI(1)) {
+    const std::string full = g.Temp("dB_full");
+    g.Emit("MatMul", {transposed(g.I(0), a_shape.size()), g.GO(0)}, {full});
+    std::vector<int64_t> full_shape = batch;
+    full_shape.insert(full_shape.end(), b_shape.end() - 2, b_shape.end());
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShape(full, full_shape, g.I(1), g.GI(1)));
+  }
   return absl::OkStatus();
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/runtime/kernel.h"
@@ -416,6 +417,143 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateLayerNormalizationKernel(const Ker
     return init.Unsupported(absl::StrCat("stash_type ", stash_type, " (only 1, float)"));
   }
   return std::unique_ptr<Kernel>(new LayerNormKernel(axis, epsilon));
+}
+
+// Gradients of normalisation over `axes` (keepdims everywhere), from the recomputed statistics:
+//   xhat = (x - mean) * inv,  inv = 1 / sqrt(var + eps)
+//   dx = inv * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),  dxhat = dy * scale
+// for batch statistics; with fixed statistics (BatchNormalization in inference mode) dx = dxhat * inv.
+namespace {
+
+struct NormalizationTerms {
+  std::string xhat;
+  std::string inv;
+};
+
+std::string EmitMean(GradientRuleContext& g, const std::string& x, const std::vector<int64_t>& axes) {
+  const std::string out = g.Temp("mean");
+  onnx::NodeProto* node = g.Emit("ReduceMean", {x}, {out});
+  GradientRuleContext::SetIntsAttr(node, "axes", axes);
+  GradientRuleContext::SetIntAttr(node, "keepdims", 1);
+  return out;
+}
+
+absl::StatusOr<NormalizationTerms> RecomputeBatchStatistics(GradientRuleContext& g, const std::vector<int64_t>& axes,
+                                                            float epsilon) {
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string mean = EmitMean(g, g.I(0), axes);
+  const std::string centered = g.Temp("centered"), squared = g.Temp("squared"), shifted = g.Temp("var_eps"),
+                    root = g.Temp("std"), inv = g.Temp("inv_std"), xhat = g.Temp("xhat");
+  g.Emit("Sub", {g.I(0), mean}, {centered});
+  g.Emit("Mul", {centered, centered}, {squared});
+  const std::string variance = EmitMean(g, squared, axes);
+  g.Emit("Add", {variance, g.ScalarConstant(epsilon, type)}, {shifted});
+  g.Emit("Sqrt", {shifted}, {root});
+  g.Emit("Reciprocal", {root}, {inv});
+  g.Emit("Mul", {centered, inv}, {xhat});
+  return NormalizationTerms{xhat, inv};
+}
+
+// dx from dxhat with batch statistics over `axes`.
+void EmitBatchStatisticsInputGradient(GradientRuleContext& g, const NormalizationTerms& terms,
+                                      const std::string& dxhat, const std::vector<int64_t>& axes) {
+  const std::string mean_dxhat = EmitMean(g, dxhat, axes);
+  const std::string product = g.Temp("dxhat_xhat");
+  g.Emit("Mul", {dxhat, terms.xhat}, {product});
+  const std::string mean_product = EmitMean(g, product, axes);
+  const std::string projection = g.Temp("projection"), first = g.Temp("centered_dxhat"), second = g.Temp("residual");
+  g.Emit("Mul", {terms.xhat, mean_product}, {projection});
+  g.Emit("Sub", {dxhat, mean_dxhat}, {first});
+  g.Emit("Sub", {first, projection}, {second});
+  g.Emit("Mul", {second, terms.inv}, {g.GI(0)});
+}
+
+// Per-channel parameters of shape [C] broadcast as [1, C, 1, ...] against x: their gradients sum dy-terms over
+// every axis but 1.
+std::string EmitChannelSum(GradientRuleContext& g, const std::string& x, const std::vector<int64_t>& axes) {
+  const std::string out = g.Temp("channel_sum");
+  onnx::NodeProto* node = g.Emit("ReduceSum", {x, g.Int64Constant(axes)}, {out});
+  GradientRuleContext::SetIntAttr(node, "keepdims", 0);
+  return out;
+}
+
+std::string ReshapeToChannels(GradientRuleContext& g, const std::string& per_channel, size_t rank) {
+  std::vector<int64_t> shape(rank, 1);
+  shape[1] = -1;
+  const std::string out = g.Temp("per_channel");
+  g.Emit("Reshape", {per_channel, g.Int64Constant(shape)}, {out});
+  return out;
+}
+
+}  // namespace
+
+// LayerNormalization (opset 17): normalises over axis..rank-1; Scale and B broadcast over the leading dims.
+absl::Status LayerNormalizationGradient(GradientRuleContext& g) {
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t axis = g.IntAttr("axis", -1);
+  if (axis < 0) axis += rank;
+  std::vector<int64_t> axes;
+  for (int64_t d = axis; d < rank; ++d) axes.push_back(d);
+  TRAIND_ASSIGN_OR_RETURN(NormalizationTerms terms, RecomputeBatchStatistics(g, axes, g.FloatAttr("epsilon", 1e-5f)));
+  if (g.NeedsGI(1)) {
+    const std::string product = g.Temp("dy_xhat");
+    g.Emit("Mul", {g.GO(0), terms.xhat}, {product});
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(product, g.O(0), g.I(1), g.GI(1)));
+  }
+  if (g.num_inputs() > 2 && g.NeedsGI(2)) TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(g.GO(0), g.O(0), g.I(2), g.GI(2)));
+  if (g.NeedsGI(0)) {
+    const std::string dxhat = g.Temp("dxhat");
+    g.Emit("Mul", {g.GO(0), g.I(1)}, {dxhat});
+    EmitBatchStatisticsInputGradient(g, terms, dxhat, axes);
+  }
+  return absl::OkStatus();
+}
+
+// BatchNormalization, NC... layout, per-channel scale/B. Training mode (opset 14+ training_mode=1): batch
+// statistics over every axis but 1. Inference mode: the given mean and variance are constants. The running
+// statistics (inputs 3, 4) are buffers, never trained.
+absl::Status BatchNormalizationGradient(GradientRuleContext& g) {
+  if (g.NeedsGI(3) || g.NeedsGI(4)) {
+    return absl::InvalidArgumentError("BatchNormalization's running mean and variance cannot be trained");
+  }
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
+  std::vector<int64_t> axes = {0};
+  for (size_t d = 2; d < shape.size(); ++d) axes.push_back(static_cast<int64_t>(d));
+  const float epsilon = g.FloatAttr("epsilon", 1e-5f);
+  const bool training = g.opset() >= 14 ? g.IntAttr("training_mode", 0) != 0 : false;
+  NormalizationTerms terms;
+  if (training) {
+    TRAIND_ASSIGN_OR_RETURN(terms, RecomputeBatchStatistics(g, axes, epsilon));
+  } else {
+    TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+    const std::string mean = ReshapeToChannels(g, g.I(3), shape.size());
+    const std::string variance = ReshapeToChannels(g, g.I(4), shape.size());
+    const std::string shifted = g.Temp("var_eps"), root = g.Temp("std"), centered = g.Temp("centered");
+    terms.inv = g.Temp("inv_std");
+    terms.xhat = g.Temp("xhat");
+    g.Emit("Add", {variance, g.ScalarConstant(epsilon, type)}, {shifted});
+    g.Emit("Sqrt", {shifted}, {root});
+    g.Emit("Reciprocal", {root}, {terms.inv});
+    g.Emit("Sub", {g.I(0), mean}, {centered});
+    g.Emit("Mul", {centered, terms.inv}, {terms.xhat});
+  }
+  if (g.NeedsGI(1)) {
+    const std::string product = g.Temp("dy_xhat");
+    g.Emit("Mul", {g.GO(0), terms.xhat}, {product});
+    g.Emit("Identity", {EmitChannelSum(g, product, axes)}, {g.GI(1)});
+  }
+  if (g.NeedsGI(2)) g.Emit("Identity", {EmitChannelSum(g, g.GO(0), axes)}, {g.GI(2)});
+  if (g.NeedsGI(0)) {
+    const std::string dxhat = g.Temp("dxhat");
+    g.Emit("Mul", {g.GO(0), ReshapeToChannels(g, g.I(1), shape.size())}, {dxhat});
+    if (training) {
+      EmitBatchStatisticsInputGradient(g, terms, dxhat, axes);
+    } else {
+      g.Emit("Mul", {dxhat, terms.inv}, {g.GI(0)});
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

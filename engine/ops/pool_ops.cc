@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/dnnl_util.h"
 #include "engine/ops/spatial_attributes.h"
@@ -382,6 +383,19 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateGlobalMaxPoolKernel(const KernelIn
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateGlobalAveragePoolKernel(const KernelInit&) {
   return std::unique_ptr<Kernel>(new GlobalPoolKernel(PoolKind::kAverage));
+}
+
+// GlobalAveragePool: every input element receives dy / (number of spatial elements).
+absl::Status GlobalAveragePoolGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  int64_t spatial = 1;
+  for (size_t d = 2; d < shape.size(); ++d) spatial *= shape[d];
+  const std::string expanded = g.Temp("dy_expanded");
+  g.Emit("Expand", {g.GO(0), g.Int64Constant(shape)}, {expanded});
+  g.Emit("Div", {expanded, g.ScalarConstant(static_cast<double>(spatial), type)}, {g.GI(0)});
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine
