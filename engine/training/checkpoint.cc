@@ -529,7 +529,7 @@ absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, int64_t 
 }
 
 int64_t GetParametersSize(const CheckpointState& state, bool trainable_only) {
-  // At most 2^20 parameters of at most 2^40 elements each (enforced on load and save): no overflow.
+  // Each count is at most 2^40 (Tensor's limit); overflowing int64 would take 2^23 such tensors.
   int64_t total = 0;
   ForEachSelected(state, trainable_only, [&](const Parameter& parameter) { total += parameter.data.num_elements(); });
   return total;
