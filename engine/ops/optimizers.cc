@@ -60,20 +60,19 @@ constexpr int64_t kOptimizerGrain = kParallelElementThreshold / 4;
 
 // Compile-time arity check: inputs R, T, then (2 + num_states) groups of n; outputs
 // (1 + num_states) groups of n. Returns n.
-absl::StatusOr<int> CountParameters(const KernelInit& init, int num_states,
-                                    absl::string_view layout) {
+absl::StatusOr<int> CountParameters(const KernelInit& init, int num_states, absl::string_view layout) {
   const int input_groups = 2 + num_states;
   const int output_groups = 1 + num_states;
   const int variadic = init.num_inputs() - 2;
   if (variadic <= 0 || variadic % input_groups != 0) {
     return init.Error(absl::StrCat("expects inputs ", layout, " (", input_groups,
-                                   " tensors per optimized parameter after R and T); got ",
-                                   init.num_inputs(), " inputs"));
+                                   " tensors per optimized parameter after R and T); got ", init.num_inputs(),
+                                   " inputs"));
   }
   const int n = variadic / input_groups;
   if (init.num_outputs() != n * output_groups) {
-    return init.Error(absl::StrCat("optimizes ", n, " parameters, so it needs ", n * output_groups,
-                                   " outputs; got ", init.num_outputs()));
+    return init.Error(absl::StrCat("optimizes ", n, " parameters, so it needs ", n * output_groups, " outputs; got ",
+                                   init.num_outputs()));
   }
   for (int i = 0; i < init.num_inputs(); ++i) {
     if (!init.has_input(i)) return init.Error(absl::StrCat("input ", i, " must not be omitted"));
@@ -90,24 +89,27 @@ absl::StatusOr<StepInputs> ReadStepInputs(const KernelContext& context, absl::st
   TRAIND_ASSIGN_OR_RETURN(const Tensor* r, context.RequiredInput(0));
   TRAIND_ASSIGN_OR_RETURN(const Tensor* t, context.RequiredInput(1));
   if (r->num_elements() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": learning rate R must be a scalar; got shape ",
-                                                   ShapeToString(r->shape())));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": learning rate R must be a scalar; got shape ", ShapeToString(r->shape())));
   }
   StepInputs step{};
   switch (r->dtype()) {
-    case DataType::kFloat32: step.learning_rate = *r->data<float>(); break;
-    case DataType::kFloat64: step.learning_rate = *r->data<double>(); break;
-    default: return UnsupportedDtype(absl::StrCat(op, " R"), r->dtype());
+    case DataType::kFloat32:
+      step.learning_rate = *r->data<float>();
+      break;
+    case DataType::kFloat64:
+      step.learning_rate = *r->data<double>();
+      break;
+    default:
+      return UnsupportedDtype(absl::StrCat(op, " R"), r->dtype());
   }
   if (t->dtype() != DataType::kInt64 || t->num_elements() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": update count T must be an int64 scalar; got ", DataTypeName(t->dtype()),
-                     " of shape ", ShapeToString(t->shape())));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": update count T must be an int64 scalar; got ",
+                                                   DataTypeName(t->dtype()), " of shape ", ShapeToString(t->shape())));
   }
   step.update_count = *t->data<int64_t>();
   if (step.update_count < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": update count T is ", step.update_count, ", expected >= 0"));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": update count T is ", step.update_count, ", expected >= 0"));
   }
   return step;
 }
@@ -117,23 +119,21 @@ absl::StatusOr<StepInputs> ReadStepInputs(const KernelContext& context, absl::st
 // update(in, out, begin, end) over the elements in parallel chunks. in[k] / out[k] point at group
 // k's tensor of this parameter. T is the C++ type of X's dtype.
 template <typename T, int kIn, int kOut, typename Update>
-absl::Status UpdateEachParameter(KernelContext& context, absl::string_view op, int n,
-                                 const Update& update) {
+absl::Status UpdateEachParameter(KernelContext& context, absl::string_view op, int n, const Update& update) {
   for (int p = 0; p < n; ++p) {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(2 + p));
     std::array<const T*, kIn> in;
     for (int k = 0; k < kIn; ++k) {
       TRAIND_ASSIGN_OR_RETURN(const Tensor* tensor, context.RequiredInput(2 + k * n + p));
       if (tensor->dtype() != x->dtype()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            op, ": input ", 2 + k * n + p, " is ", DataTypeName(tensor->dtype()), " but parameter ",
-            p, " (input ", 2 + p, ") is ", DataTypeName(x->dtype())));
+        return absl::InvalidArgumentError(absl::StrCat(op, ": input ", 2 + k * n + p, " is ",
+                                                       DataTypeName(tensor->dtype()), " but parameter ", p, " (input ",
+                                                       2 + p, ") is ", DataTypeName(x->dtype())));
       }
       if (tensor->shape() != x->shape()) {
         return absl::UnimplementedError(absl::StrCat(
-            op, ": input ", 2 + k * n + p, " has shape ", ShapeToString(tensor->shape()),
-            " but parameter ", p, " has shape ", ShapeToString(x->shape()),
-            "; broadcasting optimizer inputs is not supported"));
+            op, ": input ", 2 + k * n + p, " has shape ", ShapeToString(tensor->shape()), " but parameter ", p,
+            " has shape ", ShapeToString(x->shape()), "; broadcasting optimizer inputs is not supported"));
       }
       in[k] = tensor->data<T>();
     }
@@ -156,9 +156,12 @@ absl::Status UpdateEachParameter(KernelContext& context, absl::string_view op, i
 // X_new = (1 - norm_coefficient_post) * (X - R_adj * V_new / (sqrt(H_new) + epsilon))
 class AdamKernel final : public Kernel {
  public:
-  AdamKernel(int n, float alpha, float beta, float epsilon, float norm_coefficient,
-             float norm_coefficient_post)
-      : n_(n), alpha_(alpha), beta_(beta), epsilon_(epsilon), norm_coefficient_(norm_coefficient),
+  AdamKernel(int n, float alpha, float beta, float epsilon, float norm_coefficient, float norm_coefficient_post)
+      : n_(n),
+        alpha_(alpha),
+        beta_(beta),
+        epsilon_(epsilon),
+        norm_coefficient_(norm_coefficient),
         norm_coefficient_post_(norm_coefficient_post) {}
 
   absl::Status Compute(KernelContext& context) const override {
@@ -181,8 +184,7 @@ class AdamKernel final : public Kernel {
       const T keep = static_cast<T>(1.0 - double{norm_coefficient_post_});
       return UpdateEachParameter<T, 4, 3>(
           context, "Adam", n_,
-          [&](const std::array<const T*, 4>& in, const std::array<T*, 3>& out, int64_t begin,
-              int64_t end) {
+          [&](const std::array<const T*, 4>& in, const std::array<T*, 3>& out, int64_t begin, int64_t end) {
             const T* __restrict x = in[0];
             const T* __restrict g = in[1];
             const T* __restrict v = in[2];
@@ -229,8 +231,7 @@ class MomentumKernel final : public Kernel {
       const bool nesterov = nesterov_;
       return UpdateEachParameter<T, 3, 2>(
           context, "Momentum", n_,
-          [&](const std::array<const T*, 3>& in, const std::array<T*, 2>& out, int64_t begin,
-              int64_t end) {
+          [&](const std::array<const T*, 3>& in, const std::array<T*, 2>& out, int64_t begin, int64_t end) {
             const T* __restrict x = in[0];
             const T* __restrict g = in[1];
             const T* __restrict v = in[2];
@@ -283,8 +284,7 @@ class AdagradKernel final : public Kernel {
       const T rate = static_cast<T>(decayed_rate);
       return UpdateEachParameter<T, 3, 2>(
           context, "Adagrad", n_,
-          [&](const std::array<const T*, 3>& in, const std::array<T*, 2>& out, int64_t begin,
-              int64_t end) {
+          [&](const std::array<const T*, 3>& in, const std::array<T*, 2>& out, int64_t begin, int64_t end) {
             const T* __restrict x = in[0];
             const T* __restrict g = in[1];
             const T* __restrict h = in[2];
@@ -315,8 +315,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateAdamKernel(const KernelInit& init)
   TRAIND_ASSIGN_OR_RETURN(float epsilon, init.GetFloat("epsilon", 1e-6f));
   TRAIND_ASSIGN_OR_RETURN(float norm_coefficient, init.GetFloat("norm_coefficient", 0.0f));
   TRAIND_ASSIGN_OR_RETURN(float norm_coefficient_post, init.GetFloat("norm_coefficient_post", 0.0f));
-  return std::unique_ptr<Kernel>(
-      new AdamKernel(n, alpha, beta, epsilon, norm_coefficient, norm_coefficient_post));
+  return std::unique_ptr<Kernel>(new AdamKernel(n, alpha, beta, epsilon, norm_coefficient, norm_coefficient_post));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateMomentumKernel(const KernelInit& init) {
@@ -327,11 +326,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateMomentumKernel(const KernelInit& i
   TRAIND_ASSIGN_OR_RETURN(float norm_coefficient, init.GetFloat("norm_coefficient", std::nullopt));
   TRAIND_ASSIGN_OR_RETURN(std::string mode, init.GetString("mode", std::nullopt));
   if (mode != "standard" && mode != "nesterov") {
-    return init.Error(
-        absl::StrCat("attribute 'mode' is '", mode, "', expected 'standard' or 'nesterov'"));
+    return init.Error(absl::StrCat("attribute 'mode' is '", mode, "', expected 'standard' or 'nesterov'"));
   }
-  return std::unique_ptr<Kernel>(
-      new MomentumKernel(n, alpha, beta, mode == "nesterov", norm_coefficient));
+  return std::unique_ptr<Kernel>(new MomentumKernel(n, alpha, beta, mode == "nesterov", norm_coefficient));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateAdagradKernel(const KernelInit& init) {

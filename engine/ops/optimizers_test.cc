@@ -74,15 +74,12 @@ TEST(AdamTest, MultipleParametersDouble) {
       .AddInput<double>("H2", {2, 2}, {1, 1, 1, 1})
       .AddOutput<double>("X1_new", {2}, {1.0099996835566887, 1.990000079280341})
       .AddOutput<double>("X2_new", {2, 2},
-                         {0.4996519850426532, -0.5002531055667969, 1.4997152548028039,
-                          -0.0006008281980260255})
+                         {0.4996519850426532, -0.5002531055667969, 1.4997152548028039, -0.0006008281980260255})
       .AddOutput<double>("V1_new", {2}, {-0.10000002384185791, 0.40000009536743164})
       .AddOutput<double>("V2_new", {2, 2},
-                         {0.11000000238418581, 0.07999999523162843, 0.08999999761581422,
-                          0.19000002145767214})
+                         {0.11000000238418581, 0.07999999523162843, 0.08999999761581422, 0.19000002145767214})
       .AddOutput<double>("H1_new", {2}, {0.0009999871253967285, 0.015999794006347656})
-      .AddOutput<double>("H2_new", {2, 2},
-                         {0.9990400123596191, 0.9990100127458572, 0.9990000128746033, 1.0})
+      .AddOutput<double>("H2_new", {2, 2}, {0.9990400123596191, 0.9990100127458572, 0.9990000128746033, 1.0})
       .SetTolerance(kDoubleTolerance, 0)
       .Run();
 }
@@ -103,11 +100,11 @@ TEST(AdamTest, LargeTensorMatchesScalarFormulaAcrossChunks) {
   std::vector<float> x_new(n), v_new(n), h_new(n);
   for (int64_t i = 0; i < n; ++i) {
     const double g_reg = nc * x[i] + g[i];
-    v_new[i] = static_cast<float>(a * v[i] + (1 - a) * g_reg);
-    h_new[i] = static_cast<float>(b * h[i] + (1 - b) * g_reg * g_reg);
-    x_new[i] = static_cast<float>(
-        (1 - post) * (x[i] - rate * (a * v[i] + (1 - a) * g_reg) /
-                                 (std::sqrt(b * h[i] + (1 - b) * g_reg * g_reg) + eps)));
+    const double v_i = a * v[i] + (1 - a) * g_reg;
+    const double h_i = b * h[i] + (1 - b) * g_reg * g_reg;
+    x_new[i] = static_cast<float>((1 - post) * (x[i] - rate * v_i / (std::sqrt(h_i) + eps)));
+    v_new[i] = static_cast<float>(v_i);
+    h_new[i] = static_cast<float>(h_i);
   }
   OpTester("Adam", 1, kDomain)
       .AddAttribute("alpha", 0.9f)
