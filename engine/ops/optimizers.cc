@@ -148,6 +148,71 @@ absl::Status UpdateEachParameter(KernelContext& context, absl::string_view op, i
   return absl::OkStatus();
 }
 
+// The fused per-element loops. Free functions with __restrict pointers and by-value scalars so that
+// GCC vectorises them (scalars captured by reference in a lambda are reloaded after every store,
+// which defeats vectorisation); the file is built with -fno-math-errno (.bazelrc) so that std::sqrt
+// vectorises too.
+template <typename T>
+struct AdamScalars {
+  T norm_coefficient, alpha, one_minus_alpha, beta, one_minus_beta, epsilon, rate, keep;
+};
+
+template <typename T>
+void AdamRange(const T* __restrict x, const T* __restrict g, const T* __restrict v, const T* __restrict h,
+               T* __restrict x_new, T* __restrict v_new, T* __restrict h_new, const AdamScalars<T> s, int64_t begin,
+               int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const T g_reg = s.norm_coefficient * x[i] + g[i];
+    const T v_i = s.alpha * v[i] + s.one_minus_alpha * g_reg;
+    const T h_i = s.beta * h[i] + s.one_minus_beta * (g_reg * g_reg);
+    x_new[i] = s.keep * (x[i] - s.rate * v_i / (std::sqrt(h_i) + s.epsilon));
+    v_new[i] = v_i;
+    h_new[i] = h_i;
+  }
+}
+
+template <typename T>
+struct MomentumScalars {
+  T norm_coefficient, alpha, beta, rate;  // beta already adjusted for T == 0.
+};
+
+template <typename T>
+void StandardMomentumRange(const T* __restrict x, const T* __restrict g, const T* __restrict v, T* __restrict x_new,
+                           T* __restrict v_new, const MomentumScalars<T> s, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const T v_i = s.alpha * v[i] + s.beta * (s.norm_coefficient * x[i] + g[i]);
+    x_new[i] = x[i] - s.rate * v_i;
+    v_new[i] = v_i;
+  }
+}
+
+template <typename T>
+void NesterovMomentumRange(const T* __restrict x, const T* __restrict g, const T* __restrict v, T* __restrict x_new,
+                           T* __restrict v_new, const MomentumScalars<T> s, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const T g_reg = s.norm_coefficient * x[i] + g[i];
+    const T v_i = s.alpha * v[i] + s.beta * g_reg;
+    x_new[i] = x[i] - s.rate * (g_reg + s.alpha * v_i);
+    v_new[i] = v_i;
+  }
+}
+
+template <typename T>
+struct AdagradScalars {
+  T norm_coefficient, epsilon, rate;  // rate already decayed.
+};
+
+template <typename T>
+void AdagradRange(const T* __restrict x, const T* __restrict g, const T* __restrict h, T* __restrict x_new,
+                  T* __restrict h_new, const AdagradScalars<T> s, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const T g_reg = s.norm_coefficient * x[i] + g[i];
+    const T h_i = h[i] + g_reg * g_reg;
+    x_new[i] = x[i] - s.rate * g_reg / (std::sqrt(h_i) + s.epsilon);
+    h_new[i] = h_i;
+  }
+}
+
 // ---- Adam ----
 // G_reg = norm_coefficient * X + G
 // V_new = alpha * V + (1 - alpha) * G_reg
@@ -174,32 +239,15 @@ class AdamKernel final : public Kernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x0, context.RequiredInput(2));
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x0->dtype(), "Adam", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      const T norm = static_cast<T>(norm_coefficient_);
-      const T alpha = static_cast<T>(alpha_);
-      const T one_minus_alpha = static_cast<T>(1.0 - double{alpha_});
-      const T beta = static_cast<T>(beta_);
-      const T one_minus_beta = static_cast<T>(1.0 - double{beta_});
-      const T epsilon = static_cast<T>(epsilon_);
-      const T rate = static_cast<T>(adjusted_rate);
-      const T keep = static_cast<T>(1.0 - double{norm_coefficient_post_});
+      const AdamScalars<T> scalars{
+          static_cast<T>(norm_coefficient_),    static_cast<T>(alpha_),
+          static_cast<T>(1.0 - double{alpha_}), static_cast<T>(beta_),
+          static_cast<T>(1.0 - double{beta_}),  static_cast<T>(epsilon_),
+          static_cast<T>(adjusted_rate),        static_cast<T>(1.0 - double{norm_coefficient_post_})};
       return UpdateEachParameter<T, 4, 3>(
           context, "Adam", n_,
           [&](const std::array<const T*, 4>& in, const std::array<T*, 3>& out, int64_t begin, int64_t end) {
-            const T* __restrict x = in[0];
-            const T* __restrict g = in[1];
-            const T* __restrict v = in[2];
-            const T* __restrict h = in[3];
-            T* __restrict x_new = out[0];
-            T* __restrict v_new = out[1];
-            T* __restrict h_new = out[2];
-            for (int64_t i = begin; i < end; ++i) {
-              const T g_reg = norm * x[i] + g[i];
-              const T v_i = alpha * v[i] + one_minus_alpha * g_reg;
-              const T h_i = beta * h[i] + one_minus_beta * (g_reg * g_reg);
-              x_new[i] = keep * (x[i] - rate * v_i / (std::sqrt(h_i) + epsilon));
-              v_new[i] = v_i;
-              h_new[i] = h_i;
-            }
+            AdamRange<T>(in[0], in[1], in[2], in[3], out[0], out[1], out[2], scalars, begin, end);
           });
     });
   }
@@ -224,32 +272,17 @@ class MomentumKernel final : public Kernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x0, context.RequiredInput(2));
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x0->dtype(), "Momentum", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      const T norm = static_cast<T>(norm_coefficient_);
-      const T alpha = static_cast<T>(alpha_);
-      const T beta = step.update_count > 0 ? static_cast<T>(beta_) : T(1);
-      const T rate = static_cast<T>(step.learning_rate);
+      const MomentumScalars<T> scalars{static_cast<T>(norm_coefficient_), static_cast<T>(alpha_),
+                                       step.update_count > 0 ? static_cast<T>(beta_) : T(1),
+                                       static_cast<T>(step.learning_rate)};
       const bool nesterov = nesterov_;
       return UpdateEachParameter<T, 3, 2>(
           context, "Momentum", n_,
           [&](const std::array<const T*, 3>& in, const std::array<T*, 2>& out, int64_t begin, int64_t end) {
-            const T* __restrict x = in[0];
-            const T* __restrict g = in[1];
-            const T* __restrict v = in[2];
-            T* __restrict x_new = out[0];
-            T* __restrict v_new = out[1];
             if (nesterov) {
-              for (int64_t i = begin; i < end; ++i) {
-                const T g_reg = norm * x[i] + g[i];
-                const T v_i = alpha * v[i] + beta * g_reg;
-                x_new[i] = x[i] - rate * (g_reg + alpha * v_i);
-                v_new[i] = v_i;
-              }
+              NesterovMomentumRange<T>(in[0], in[1], in[2], out[0], out[1], scalars, begin, end);
             } else {
-              for (int64_t i = begin; i < end; ++i) {
-                const T v_i = alpha * v[i] + beta * (norm * x[i] + g[i]);
-                x_new[i] = x[i] - rate * v_i;
-                v_new[i] = v_i;
-              }
+              StandardMomentumRange<T>(in[0], in[1], in[2], out[0], out[1], scalars, begin, end);
             }
           });
     });
@@ -279,23 +312,12 @@ class AdagradKernel final : public Kernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x0, context.RequiredInput(2));
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x0->dtype(), "Adagrad", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      const T norm = static_cast<T>(norm_coefficient_);
-      const T epsilon = static_cast<T>(epsilon_);
-      const T rate = static_cast<T>(decayed_rate);
+      const AdagradScalars<T> scalars{static_cast<T>(norm_coefficient_), static_cast<T>(epsilon_),
+                                      static_cast<T>(decayed_rate)};
       return UpdateEachParameter<T, 3, 2>(
           context, "Adagrad", n_,
           [&](const std::array<const T*, 3>& in, const std::array<T*, 2>& out, int64_t begin, int64_t end) {
-            const T* __restrict x = in[0];
-            const T* __restrict g = in[1];
-            const T* __restrict h = in[2];
-            T* __restrict x_new = out[0];
-            T* __restrict h_new = out[1];
-            for (int64_t i = begin; i < end; ++i) {
-              const T g_reg = norm * x[i] + g[i];
-              const T h_i = h[i] + g_reg * g_reg;
-              x_new[i] = x[i] - rate * g_reg / (std::sqrt(h_i) + epsilon);
-              h_new[i] = h_i;
-            }
+            AdagradRange<T>(in[0], in[1], in[2], out[0], out[1], scalars, begin, end);
           });
     });
   }
