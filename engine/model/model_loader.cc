@@ -44,7 +44,8 @@ absl::Status CheckOpsets(const onnx::ModelProto& model, const LoadOptions& optio
       }
       continue;
     }
-    bool accepted = false;
+    bool accepted = opset.domain() == kOnnxPreviewTrainingDomain &&
+                    opset.version() == kOnnxPreviewTrainingVersion;
     for (const CustomDomain& custom : options.custom_domains) {
       if (custom.domain == opset.domain() && opset.version() >= custom.min_version &&
           opset.version() <= custom.max_version) {

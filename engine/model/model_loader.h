@@ -4,8 +4,8 @@
 // an absl::Status. On success every tensor's data is inline (external data has been read in).
 //
 // Status codes: kInvalidArgument for malformed or hostile input, kUnimplemented for well-formed
-// models this engine does not support (opset outside 1..17, unknown domain), kResourceExhausted
-// for limits.
+// models this engine does not support (opset outside 1..17, unknown domain or domain version),
+// kResourceExhausted for limits.
 #ifndef TRAIND_ENGINE_MODEL_MODEL_LOADER_H_
 #define TRAIND_ENGINE_MODEL_MODEL_LOADER_H_
 
@@ -23,6 +23,11 @@ namespace traind::engine {
 // opset range of its kernel registration (engine/ops/op_list.inc).
 inline constexpr int kMinOnnxOpset = 1;
 inline constexpr int kMaxOnnxOpset = 17;
+
+// ONNX's training-optimizer domain (Adam, Momentum, Adagrad): the engine implements version 1 itself,
+// so models importing it load without registration; other versions are refused like unknown domains.
+inline constexpr const char* kOnnxPreviewTrainingDomain = "ai.onnx.preview.training";
+inline constexpr int kOnnxPreviewTrainingVersion = 1;
 
 struct ModelLimits {
   // Protobuf cannot parse messages of 2 GiB or more.

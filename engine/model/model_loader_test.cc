@@ -153,6 +153,75 @@ TEST(ModelLoaderTest, CustomDomainNeedsRegistration) {
   EXPECT_TRUE(LoadModelFromBytes(model.SerializeAsString(), options).ok());
 }
 
+// y = Momentum(R, T, x, g, v) in ONNX's optimizer domain, importing only that domain.
+onnx::ModelProto MomentumModel(const std::string& domain, int version) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  auto* import = model.add_opset_import();
+  import->set_domain(domain);
+  import->set_version(version);
+  auto* graph = model.mutable_graph();
+  graph->set_name("g");
+  auto add_value = [](onnx::ValueInfoProto* info, const char* name, int type, bool scalar) {
+    info->set_name(name);
+    auto* tensor_type = info->mutable_type()->mutable_tensor_type();
+    tensor_type->set_elem_type(type);
+    auto* shape = tensor_type->mutable_shape();
+    if (!scalar) shape->add_dim()->set_dim_value(3);
+  };
+  add_value(graph->add_input(), "R", onnx::TensorProto::FLOAT, true);
+  add_value(graph->add_input(), "T", onnx::TensorProto::INT64, true);
+  for (const char* name : {"X", "G", "V"}) {
+    add_value(graph->add_input(), name, onnx::TensorProto::FLOAT, false);
+  }
+  for (const char* name : {"X_new", "V_new"}) {
+    add_value(graph->add_output(), name, onnx::TensorProto::FLOAT, false);
+  }
+  auto* node = graph->add_node();
+  node->set_op_type("Momentum");
+  node->set_domain(domain);
+  for (const char* name : {"R", "T", "X", "G", "V"}) node->add_input(name);
+  node->add_output("X_new");
+  node->add_output("V_new");
+  auto add_float = [node](const char* name, float value) {
+    auto* attribute = node->add_attribute();
+    attribute->set_name(name);
+    attribute->set_type(onnx::AttributeProto::FLOAT);
+    attribute->set_f(value);
+  };
+  add_float("alpha", 0.9f);
+  add_float("beta", 1.0f);
+  add_float("norm_coefficient", 0.0f);
+  auto* mode = node->add_attribute();
+  mode->set_name("mode");
+  mode->set_type(onnx::AttributeProto::STRING);
+  mode->set_s("standard");
+  return model;
+}
+
+TEST(ModelLoaderTest, AcceptsOnnxPreviewTrainingVersion1Only) {
+  EXPECT_EQ(std::string(kOnnxPreviewTrainingDomain), "ai.onnx.preview.training");
+  absl::Status status = LoadBytes(MomentumModel(kOnnxPreviewTrainingDomain, 1));
+  EXPECT_TRUE(status.ok()) << status;
+  for (int version : {0, 2}) {
+    status = LoadBytes(MomentumModel(kOnnxPreviewTrainingDomain, version));
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << version << ": " << status;
+    EXPECT_NE(status.message().find("unsupported operator domain 'ai.onnx.preview.training'"),
+              std::string::npos)
+        << status;
+  }
+  // Near misses are unknown domains.
+  for (const char* domain : {"ai.onnx.preview", "ai.onnx.preview.training2", "com.microsoft"}) {
+    status = LoadBytes(MomentumModel(domain, 1));
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << domain << ": " << status;
+  }
+  // The domain's schemas are registered with onnx, so the checker still checks its nodes.
+  onnx::ModelProto bad = MomentumModel(kOnnxPreviewTrainingDomain, 1);
+  bad.mutable_graph()->mutable_node(0)->mutable_attribute()->RemoveLast();  // Required 'mode'.
+  status = LoadBytes(bad);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+}
+
 TEST(ModelLoaderTest, UnknownOpNamesTheOp) {
   onnx::ModelProto model = ValidModel();
   model.mutable_graph()->mutable_node(0)->set_op_type("NoSuchOp");

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "engine/model/model_loader.h"  // kOnnxPreviewTrainingDomain (the loader accepts it too).
 #include "engine/runtime/kernel.h"
 
 namespace traind::engine {
@@ -38,9 +39,11 @@ inline constexpr GradientSlot kNotDifferentiable{GradientState::kNotDifferentiab
 #define TRAIND_GRADIENT(rule) (::traind::engine::GradientSlot{::traind::engine::GradientState::kWritten, &rule})
 
 inline constexpr const char* kOnnxDomain = "";
+// Registrations in ONNX's optimizer domain use kOnnxPreviewTrainingDomain (declared beside the
+// loader's domain checks in engine/model/model_loader.h) with opset range 1..1.
 
 struct OpRegistration {
-  const char* domain;  // "" for ai.onnx.
+  const char* domain;  // "" for ai.onnx, else e.g. kOnnxPreviewTrainingDomain.
   const char* op_type;
   int first_opset;  // Inclusive range of the domain's opset versions this kernel implements.
   int last_opset;

@@ -37,6 +37,33 @@ const std::map<std::string, Tolerance>& ToleranceOverrides() {
   return *overrides;
 }
 
+// Test data that is wrong in Debian's libonnx-testdata (onnx 1.12) and fixed upstream: each entry
+// turns the shipped model into the one its expected outputs were generated from, cited. The kernels
+// stay spec-exact; an entry must be a no-op on corrected data. Keep this short.
+using ModelErratum = void (*)(onnx::ModelProto& model);
+const std::map<std::string, ModelErratum>& ModelErrata() {
+  static const auto* errata = new std::map<std::string, ModelErratum>{
+      // onnx/onnx#7749: the generator (backend/test/case/node/adam.py, export_adam_multiple)
+      // computes the outputs with epsilon = 1e-2 but, before the fix, did not pass epsilon to
+      // make_node, so model.onnx falls back to the schema default 1e-6 (X_new then differs by
+      // ~0.5%). Add the attribute only where it is missing.
+      {"node/test_adam_multiple",
+       [](onnx::ModelProto& model) {
+         for (auto& node : *model.mutable_graph()->mutable_node()) {
+           if (node.op_type() != "Adam") continue;
+           bool has_epsilon = false;
+           for (const auto& attribute : node.attribute()) has_epsilon |= attribute.name() == "epsilon";
+           if (has_epsilon) continue;
+           auto* epsilon = node.add_attribute();
+           epsilon->set_name("epsilon");
+           epsilon->set_type(onnx::AttributeProto::FLOAT);
+           epsilon->set_f(1e-2f);
+         }
+       }},
+  };
+  return *errata;
+}
+
 bool IsDirectory(const std::string& path) {
   struct stat info;
   return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
@@ -197,6 +224,8 @@ TestResult RunTestUnguarded(const std::string& test_dir, TestResult result) {
   }
   auto model = engine::LoadModelFromFile(model_path);
   if (!model.ok()) return FromStatus(std::move(result), model.status(), "load");
+  auto erratum = ModelErrata().find(result.name);
+  if (erratum != ModelErrata().end()) erratum->second(*model);
   auto session = engine::Session::Create(*model);
   if (!session.ok()) return FromStatus(std::move(result), session.status(), "compile");
   const engine::Plan& plan = (*session)->plan();

@@ -1,0 +1,364 @@
+// ONNX's training optimizers, domain ai.onnx.preview.training version 1: Adam, Momentum (standard
+// and Nesterov) and Adagrad, exactly as specified in onnx/defs/training/defs.cc (onnx 1.12).
+//
+// Layout (all three): inputs R (learning rate, float/double scalar), T (update count, int64
+// scalar), then n parameters X_1..X_n, their gradients G_1..G_n and their state tensors (Adam: V...,
+// H...; Momentum: V...; Adagrad: H...). Outputs X_new..., then the new state tensors in input order.
+// Each parameter is updated by one fused pass that reads X, G and its state once and writes all of
+// its outputs (ParallelFor over large tensors). Scalars (bias-corrected or decayed learning rate)
+// are computed once per run in double. G and the states must have X's shape and dtype (the spec
+// says "numpy broadcasting", but ONNX's shape inference gives each output its input's shape, and
+// optimizer state always matches its parameter); other shapes are kUnimplemented.
+//
+// ---- ONNX Adam vs PyTorch AdamW (torch 1.13 torch/optim/adamw.py, amsgrad=False) ----
+// With g the gradient, m/v the moments, b1/b2 the betas, t the 1-based step, lr, eps, wd:
+//   PyTorch AdamW:                          ONNX Adam (alpha=b1, beta=b2, R=lr, T=t,
+//                                                      norm_coefficient=0, norm_coefficient_post=c):
+//   p1 = p * (1 - lr * wd)                  m' = b1 m + (1 - b1) g      (same)
+//   m' = b1 m + (1 - b1) g                  v' = b2 v + (1 - b2) g^2    (same)
+//   v' = b2 v + (1 - b2) g^2                x  = p - lr * sqrt(bc2) / bc1 * m' / (sqrt(v') + eps)
+//   p' = p1 - lr / bc1 * m' / (sqrt(v') / sqrt(bc2) + eps)
+//                                           p' = (1 - c) * x
+//   where bc1 = 1 - b1^t, bc2 = 1 - b2^t.
+// Differences, exactly:
+//  1. Epsilon. Rewriting ONNX's step as lr / bc1 * m' / (sqrt(v') / sqrt(bc2) + eps / sqrt(bc2))
+//     shows ONNX's eps sits inside the *bias-corrected* denominator divided by sqrt(bc2): ONNX with
+//     eps_onnx equals torch with eps_torch = eps_onnx / sqrt(bc2). To match torch one would need
+//     eps_onnx = eps_torch * sqrt(1 - b2^t), which changes every step (an attribute cannot). At
+//     t = 1, b2 = 0.999: sqrt(bc2) = 0.0316, so the effective eps differs by 31.6x; this matters
+//     wherever sqrt(v') is not >> eps (small or zero gradients, e.g. embeddings, early steps).
+//  2. Weight decay. torch decays the *old* parameter before the step: p' = p(1 - lr wd) - s.
+//     ONNX's norm_coefficient_post decays *after* the step: p' = (1 - c)(p - s) = p(1 - c) - (1 - c)s.
+//     With c = lr * wd the results differ by exactly c * s (s = the Adam step), i.e. a relative
+//     error of lr * wd in the update (1e-5 for lr 1e-3, wd 1e-2) that accumulates over steps. Also
+//     c is a constant attribute while torch's factor follows the (scheduled) learning rate.
+//     ONNX's norm_coefficient is *coupled* L2 (added to g before the moments): torch Adam's
+//     weight_decay, not AdamW's.
+//  3. Step count. torch always bias-corrects with the incremented step (t >= 1); ONNX skips bias
+//     correction when T == 0, so pass T = t (1-based), never 0.
+//  4. Precision of hyper-parameters. ONNX attributes are float32 (0.999f = 0.99900001287...), torch
+//     computes b^t in double from Python floats: at t = 1, 1 - 0.999f differs from 1 - 0.999 by
+//     1.3e-5 relative (6e-6 after the sqrt): inside 1e-4, but not bit-exact.
+// Therefore traind's AdamW (issue 4, to match torch within 1e-4) must not be this op: it needs its
+// own fused kernel (or a composed graph) that decays p before the step with a run-time learning
+// rate and adds eps after dividing sqrt(v') by sqrt(bc2).
+#include <array>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/shape.h"
+#include "engine/core/status_macros.h"
+#include "engine/runtime/dispatch.h"
+#include "engine/runtime/kernel.h"
+
+namespace traind::engine {
+namespace {
+
+// Elements per parallel chunk: each element reads 3-4 and writes 2-3 values plus a sqrt and a
+// division, several times the work of a plain elementwise op, so a smaller grain pays.
+constexpr int64_t kOptimizerGrain = kParallelElementThreshold / 4;
+
+// Compile-time arity check: inputs R, T, then (2 + num_states) groups of n; outputs
+// (1 + num_states) groups of n. Returns n.
+absl::StatusOr<int> CountParameters(const KernelInit& init, int num_states, absl::string_view layout) {
+  const int input_groups = 2 + num_states;
+  const int output_groups = 1 + num_states;
+  const int variadic = init.num_inputs() - 2;
+  if (variadic <= 0 || variadic % input_groups != 0) {
+    return init.Error(absl::StrCat("expects inputs ", layout, " (", input_groups,
+                                   " tensors per optimized parameter after R and T); got ", init.num_inputs(),
+                                   " inputs"));
+  }
+  const int n = variadic / input_groups;
+  if (init.num_outputs() != n * output_groups) {
+    return init.Error(absl::StrCat("optimizes ", n, " parameters, so it needs ", n * output_groups, " outputs; got ",
+                                   init.num_outputs()));
+  }
+  for (int i = 0; i < init.num_inputs(); ++i) {
+    if (!init.has_input(i)) return init.Error(absl::StrCat("input ", i, " must not be omitted"));
+  }
+  return n;
+}
+
+struct StepInputs {
+  double learning_rate;  // R
+  int64_t update_count;  // T
+};
+
+absl::StatusOr<StepInputs> ReadStepInputs(const KernelContext& context, absl::string_view op) {
+  TRAIND_ASSIGN_OR_RETURN(const Tensor* r, context.RequiredInput(0));
+  TRAIND_ASSIGN_OR_RETURN(const Tensor* t, context.RequiredInput(1));
+  if (r->num_elements() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": learning rate R must be a scalar; got shape ", ShapeToString(r->shape())));
+  }
+  StepInputs step{};
+  switch (r->dtype()) {
+    case DataType::kFloat32:
+      step.learning_rate = *r->data<float>();
+      break;
+    case DataType::kFloat64:
+      step.learning_rate = *r->data<double>();
+      break;
+    default:
+      return UnsupportedDtype(absl::StrCat(op, " R"), r->dtype());
+  }
+  if (t->dtype() != DataType::kInt64 || t->num_elements() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": update count T must be an int64 scalar; got ",
+                                                   DataTypeName(t->dtype()), " of shape ", ShapeToString(t->shape())));
+  }
+  step.update_count = *t->data<int64_t>();
+  if (step.update_count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": update count T is ", step.update_count, ", expected >= 0"));
+  }
+  return step;
+}
+
+// For each of the n parameters: checks that its gradient and states (input groups 1..kIn-1) have
+// X's dtype and shape, allocates its kOut outputs (output group k, same dtype and shape), and runs
+// update(in, out, begin, end) over the elements in parallel chunks. in[k] / out[k] point at group
+// k's tensor of this parameter. T is the C++ type of X's dtype.
+template <typename T, int kIn, int kOut, typename Update>
+absl::Status UpdateEachParameter(KernelContext& context, absl::string_view op, int n, const Update& update) {
+  for (int p = 0; p < n; ++p) {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(2 + p));
+    std::array<const T*, kIn> in;
+    for (int k = 0; k < kIn; ++k) {
+      TRAIND_ASSIGN_OR_RETURN(const Tensor* tensor, context.RequiredInput(2 + k * n + p));
+      if (tensor->dtype() != x->dtype()) {
+        return absl::InvalidArgumentError(absl::StrCat(op, ": input ", 2 + k * n + p, " is ",
+                                                       DataTypeName(tensor->dtype()), " but parameter ", p, " (input ",
+                                                       2 + p, ") is ", DataTypeName(x->dtype())));
+      }
+      if (tensor->shape() != x->shape()) {
+        return absl::UnimplementedError(absl::StrCat(
+            op, ": input ", 2 + k * n + p, " has shape ", ShapeToString(tensor->shape()), " but parameter ", p,
+            " has shape ", ShapeToString(x->shape()), "; broadcasting optimizer inputs is not supported"));
+      }
+      in[k] = tensor->data<T>();
+    }
+    std::array<T*, kOut> out;
+    for (int k = 0; k < kOut; ++k) {
+      TRAIND_ASSIGN_OR_RETURN(Tensor * tensor, context.AllocateOutput(k * n + p, x->dtype(), x->shape()));
+      out[k] = tensor->mutable_data<T>();
+    }
+    context.threads().ParallelFor(x->num_elements(), kOptimizerGrain,
+                                  [&](int64_t begin, int64_t end) { update(in, out, begin, end); });
+  }
+  return absl::OkStatus();
+}
+
+// The fused per-element loops. Free functions with __restrict pointers and by-value scalars so that
+// GCC vectorises them (scalars captured by reference in a lambda are reloaded after every store,
+// which defeats vectorisation); the file is built with -fno-math-errno (.bazelrc) so that std::sqrt
+// vectorises too.
+template <typename T>
+struct AdamScalars {
+  T norm_coefficient, alpha, one_minus_alpha, beta, one_minus_beta, epsilon, rate, keep;
+};
+
+template <typename T>
+void AdamRange(const T* __restrict x, const T* __restrict g, const T* __restrict v, const T* __restrict h,
+               T* __restrict x_new, T* __restrict v_new, T* __restrict h_new, const AdamScalars<T> s, int64_t begin,
+               int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const T g_reg = s.norm_coefficient * x[i] + g[i];
+    const T v_i = s.alpha * v[i] + s.one_minus_alpha * g_reg;
+    const T h_i = s.beta * h[i] + s.one_minus_beta * (g_reg * g_reg);
+    x_new[i] = s.keep * (x[i] - s.rate * v_i / (std::sqrt(h_i) + s.epsilon));
+    v_new[i] = v_i;
+    h_new[i] = h_i;
+  }
+}
+
+template <typename T>
+struct MomentumScalars {
+  T norm_coefficient, alpha, beta, rate;  // beta already adjusted for T == 0.
+};
+
+template <typename T>
+void StandardMomentumRange(const T* __restrict x, const T* __restrict g, const T* __restrict v, T* __restrict x_new,
+                           T* __restrict v_new, const MomentumScalars<T> s, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const T v_i = s.alpha * v[i] + s.beta * (s.norm_coefficient * x[i] + g[i]);
+    x_new[i] = x[i] - s.rate * v_i;
+    v_new[i] = v_i;
+  }
+}
+
+template <typename T>
+void NesterovMomentumRange(const T* __restrict x, const T* __restrict g, const T* __restrict v, T* __restrict x_new,
+                           T* __restrict v_new, const MomentumScalars<T> s, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const T g_reg = s.norm_coefficient * x[i] + g[i];
+    const T v_i = s.alpha * v[i] + s.beta * g_reg;
+    x_new[i] = x[i] - s.rate * (g_reg + s.alpha * v_i);
+    v_new[i] = v_i;
+  }
+}
+
+template <typename T>
+struct AdagradScalars {
+  T norm_coefficient, epsilon, rate;  // rate already decayed.
+};
+
+template <typename T>
+void AdagradRange(const T* __restrict x, const T* __restrict g, const T* __restrict h, T* __restrict x_new,
+                  T* __restrict h_new, const AdagradScalars<T> s, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const T g_reg = s.norm_coefficient * x[i] + g[i];
+    const T h_i = h[i] + g_reg * g_reg;
+    x_new[i] = x[i] - s.rate * g_reg / (std::sqrt(h_i) + s.epsilon);
+    h_new[i] = h_i;
+  }
+}
+
+// ---- Adam ----
+// G_reg = norm_coefficient * X + G
+// V_new = alpha * V + (1 - alpha) * G_reg
+// H_new = beta * H + (1 - beta) * G_reg * G_reg
+// R_adj = T > 0 ? R * sqrt(1 - beta^T) / (1 - alpha^T) : R
+// X_new = (1 - norm_coefficient_post) * (X - R_adj * V_new / (sqrt(H_new) + epsilon))
+class AdamKernel final : public Kernel {
+ public:
+  AdamKernel(int n, float alpha, float beta, float epsilon, float norm_coefficient, float norm_coefficient_post)
+      : n_(n),
+        alpha_(alpha),
+        beta_(beta),
+        epsilon_(epsilon),
+        norm_coefficient_(norm_coefficient),
+        norm_coefficient_post_(norm_coefficient_post) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(StepInputs step, ReadStepInputs(context, "Adam"));
+    double adjusted_rate = step.learning_rate;
+    if (step.update_count > 0) {
+      const double t = static_cast<double>(step.update_count);
+      adjusted_rate *= std::sqrt(1.0 - std::pow(double{beta_}, t)) / (1.0 - std::pow(double{alpha_}, t));
+    }
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x0, context.RequiredInput(2));
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x0->dtype(), "Adam", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const AdamScalars<T> scalars{
+          static_cast<T>(norm_coefficient_),    static_cast<T>(alpha_),
+          static_cast<T>(1.0 - double{alpha_}), static_cast<T>(beta_),
+          static_cast<T>(1.0 - double{beta_}),  static_cast<T>(epsilon_),
+          static_cast<T>(adjusted_rate),        static_cast<T>(1.0 - double{norm_coefficient_post_})};
+      return UpdateEachParameter<T, 4, 3>(
+          context, "Adam", n_,
+          [&](const std::array<const T*, 4>& in, const std::array<T*, 3>& out, int64_t begin, int64_t end) {
+            AdamRange<T>(in[0], in[1], in[2], in[3], out[0], out[1], out[2], scalars, begin, end);
+          });
+    });
+  }
+
+ private:
+  int n_;
+  float alpha_, beta_, epsilon_, norm_coefficient_, norm_coefficient_post_;
+};
+
+// ---- Momentum ----
+// G_reg = norm_coefficient * X + G
+// V_new = alpha * V + (T > 0 ? beta : 1) * G_reg
+// standard: X_new = X - R * V_new
+// nesterov: X_new = X - R * (G_reg + alpha * V_new)
+class MomentumKernel final : public Kernel {
+ public:
+  MomentumKernel(int n, float alpha, float beta, bool nesterov, float norm_coefficient)
+      : n_(n), alpha_(alpha), beta_(beta), nesterov_(nesterov), norm_coefficient_(norm_coefficient) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(StepInputs step, ReadStepInputs(context, "Momentum"));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x0, context.RequiredInput(2));
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x0->dtype(), "Momentum", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const MomentumScalars<T> scalars{static_cast<T>(norm_coefficient_), static_cast<T>(alpha_),
+                                       step.update_count > 0 ? static_cast<T>(beta_) : T(1),
+                                       static_cast<T>(step.learning_rate)};
+      const bool nesterov = nesterov_;
+      return UpdateEachParameter<T, 3, 2>(
+          context, "Momentum", n_,
+          [&](const std::array<const T*, 3>& in, const std::array<T*, 2>& out, int64_t begin, int64_t end) {
+            if (nesterov) {
+              NesterovMomentumRange<T>(in[0], in[1], in[2], out[0], out[1], scalars, begin, end);
+            } else {
+              StandardMomentumRange<T>(in[0], in[1], in[2], out[0], out[1], scalars, begin, end);
+            }
+          });
+    });
+  }
+
+ private:
+  int n_;
+  float alpha_, beta_;
+  bool nesterov_;
+  float norm_coefficient_;
+};
+
+// ---- Adagrad ----
+// r = R / (1 + T * decay_factor)
+// G_reg = norm_coefficient * X + G
+// H_new = H + G_reg * G_reg
+// X_new = X - r * G_reg / (sqrt(H_new) + epsilon)
+class AdagradKernel final : public Kernel {
+ public:
+  AdagradKernel(int n, float decay_factor, float epsilon, float norm_coefficient)
+      : n_(n), decay_factor_(decay_factor), epsilon_(epsilon), norm_coefficient_(norm_coefficient) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(StepInputs step, ReadStepInputs(context, "Adagrad"));
+    const double decayed_rate =
+        step.learning_rate / (1.0 + static_cast<double>(step.update_count) * double{decay_factor_});
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x0, context.RequiredInput(2));
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x0->dtype(), "Adagrad", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const AdagradScalars<T> scalars{static_cast<T>(norm_coefficient_), static_cast<T>(epsilon_),
+                                      static_cast<T>(decayed_rate)};
+      return UpdateEachParameter<T, 3, 2>(
+          context, "Adagrad", n_,
+          [&](const std::array<const T*, 3>& in, const std::array<T*, 2>& out, int64_t begin, int64_t end) {
+            AdagradRange<T>(in[0], in[1], in[2], out[0], out[1], scalars, begin, end);
+          });
+    });
+  }
+
+ private:
+  int n_;
+  float decay_factor_, epsilon_, norm_coefficient_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateAdamKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(int n, CountParameters(init, 2, "R, T, X..., G..., V..., H..."));
+  // Defaults from the ONNX schema.
+  TRAIND_ASSIGN_OR_RETURN(float alpha, init.GetFloat("alpha", 0.9f));
+  TRAIND_ASSIGN_OR_RETURN(float beta, init.GetFloat("beta", 0.999f));
+  TRAIND_ASSIGN_OR_RETURN(float epsilon, init.GetFloat("epsilon", 1e-6f));
+  TRAIND_ASSIGN_OR_RETURN(float norm_coefficient, init.GetFloat("norm_coefficient", 0.0f));
+  TRAIND_ASSIGN_OR_RETURN(float norm_coefficient_post, init.GetFloat("norm_coefficient_post", 0.0f));
+  return std::unique_ptr<Kernel>(new AdamKernel(n, alpha, beta, epsilon, norm_coefficient, norm_coefficient_post));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateMomentumKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(int n, CountParameters(init, 1, "R, T, X..., G..., V..."));
+  // All four attributes are required by the ONNX schema.
+  TRAIND_ASSIGN_OR_RETURN(float alpha, init.GetFloat("alpha", std::nullopt));
+  TRAIND_ASSIGN_OR_RETURN(float beta, init.GetFloat("beta", std::nullopt));
+  TRAIND_ASSIGN_OR_RETURN(float norm_coefficient, init.GetFloat("norm_coefficient", std::nullopt));
+  TRAIND_ASSIGN_OR_RETURN(std::string mode, init.GetString("mode", std::nullopt));
+  if (mode != "standard" && mode != "nesterov") {
+    return init.Error(absl::StrCat("attribute 'mode' is '", mode, "', expected 'standard' or 'nesterov'"));
+  }
+  return std::unique_ptr<Kernel>(new MomentumKernel(n, alpha, beta, mode == "nesterov", norm_coefficient));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateAdagradKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(int n, CountParameters(init, 1, "R, T, X..., G..., H..."));
+  TRAIND_ASSIGN_OR_RETURN(float decay_factor, init.GetFloat("decay_factor", 0.0f));
+  TRAIND_ASSIGN_OR_RETURN(float epsilon, init.GetFloat("epsilon", 1e-6f));
+  TRAIND_ASSIGN_OR_RETURN(float norm_coefficient, init.GetFloat("norm_coefficient", 0.0f));
+  return std::unique_ptr<Kernel>(new AdagradKernel(n, decay_factor, epsilon, norm_coefficient));
+}
+
+}  // namespace traind::engine
