@@ -17,7 +17,7 @@ using ::testing::HasSubstr;
 
 class ModelBuilder {
  public:
-  ModelBuilder() {
+  explicit ModelBuilder(int32_t elem_type = onnx::TensorProto::DOUBLE) : elem_type_(elem_type) {
     model_.set_ir_version(8);
     model_.add_opset_import()->set_version(17);
     model_.mutable_graph()->set_name("test");
@@ -27,7 +27,7 @@ class ModelBuilder {
     auto* info = model_.mutable_graph()->add_input();
     info->set_name(name);
     auto* type = info->mutable_type()->mutable_tensor_type();
-    type->set_elem_type(onnx::TensorProto::DOUBLE);
+    type->set_elem_type(elem_type_);
     for (int64_t dim : dims) type->mutable_shape()->add_dim()->set_dim_value(dim);
     shapes_[name] = dims;
   }
@@ -35,7 +35,7 @@ class ModelBuilder {
   void Output(const std::string& name, const std::vector<int64_t>& dims = {}) {
     auto* info = model_.mutable_graph()->add_output();
     info->set_name(name);
-    info->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::DOUBLE);
+    info->mutable_type()->mutable_tensor_type()->set_elem_type(elem_type_);
     auto* shape = info->mutable_type()->mutable_tensor_type()->mutable_shape();  // no dims: a scalar
     for (int64_t dim : dims) shape->add_dim()->set_dim_value(dim);
   }
@@ -78,12 +78,26 @@ class ModelBuilder {
   }
 
   const onnx::ModelProto& model() const { return model_; }
+  bool is_float32() const { return elem_type_ == onnx::TensorProto::FLOAT; }
   const std::map<std::string, std::vector<int64_t>>& shapes() const { return shapes_; }
 
  private:
+  int32_t elem_type_;
   onnx::ModelProto model_;
   std::map<std::string, std::vector<int64_t>> shapes_;
 };
+
+// Element access for float32 and float64 tensors alike.
+double Get(const Tensor& t, int64_t i) {
+  return t.dtype() == DataType::kFloat32 ? t.data<float>()[i] : t.data<double>()[i];
+}
+void Set(Tensor& t, int64_t i, double value) {
+  if (t.dtype() == DataType::kFloat32) {
+    t.mutable_data<float>()[i] = static_cast<float>(value);
+  } else {
+    t.mutable_data<double>()[i] = value;
+  }
+}
 
 // loss = mean((MatMul(Gemm(Relu(h1) + Tanh(h1), W2, b2), W3) + c - target)^2)
 //        + 0.1 * sum(Gemm(A^T, W4, C, alpha=0.5, beta=2) * y3),   h1 = Gemm(x, W1, b1, transB=1)
@@ -132,9 +146,9 @@ NamedTensors RandomInputs(const ModelBuilder& builder, uint32_t seed, bool posit
   for (const auto& [name, dims] : builder.shapes()) {
     int64_t count = 1;
     for (int64_t dim : dims) count *= dim;
-    std::vector<double> values(count);
-    for (double& value : values) value = positive ? uniform(rng) : normal(rng);
-    inputs.emplace_back(name, *Tensor::FromVector<double>(dims, values));
+    Tensor tensor = *Tensor::Allocate(builder.is_float32() ? DataType::kFloat32 : DataType::kFloat64, dims);
+    for (int64_t i = 0; i < count; ++i) Set(tensor, i, positive ? uniform(rng) : normal(rng));
+    inputs.emplace_back(name, tensor);
   }
   return inputs;
 }
@@ -142,7 +156,7 @@ NamedTensors RandomInputs(const ModelBuilder& builder, uint32_t seed, bool posit
 double RunLoss(const Session& session, const NamedTensors& inputs) {
   auto outputs = session.Run(inputs);
   EXPECT_TRUE(outputs.ok()) << outputs.status();
-  return outputs.ok() ? (*outputs)[0].second.data<double>()[0] : NAN;
+  return outputs.ok() ? Get((*outputs)[0].second, 0) : NAN;
 }
 
 // Builds the gradient model of `builder`'s "loss" for `parameters`, checks that it is a valid ONNX model, and
@@ -163,9 +177,13 @@ void ExpectGradientsMatchFiniteDifferences(const ModelBuilder& builder, const st
   ASSERT_TRUE(outputs.ok()) << outputs.status();
   std::map<std::string, Tensor> analytic;
   for (const auto& [name, tensor] : *outputs) analytic[name] = tensor;
-  EXPECT_NEAR(analytic.at("loss").data<double>()[0], RunLoss(**forward_session, inputs), 1e-12);
+  const bool single = builder.is_float32();
+  EXPECT_NEAR(Get(analytic.at("loss"), 0), RunLoss(**forward_session, inputs), single ? 1e-4 : 1e-12);
 
-  constexpr double kStep = 1e-6;
+  // float32 cases are ops linear in each input under a quadratic loss, where a central difference is exact
+  // up to rounding, so a large step keeps rounding small.
+  const double step = single ? 1e-1 : 1e-6;
+  const double tolerance = single ? 2e-3 : 1e-6;
   for (const std::string& parameter : parameters) {
     const Tensor& gradient = analytic.at(GradientName(parameter));
     for (size_t k = 0; k < inputs.size(); ++k) {
@@ -173,16 +191,15 @@ void ExpectGradientsMatchFiniteDifferences(const ModelBuilder& builder, const st
       ASSERT_EQ(gradient.shape(), inputs[k].second.shape()) << parameter;
       for (int64_t i = 0; i < gradient.num_elements(); ++i) {
         NamedTensors plus = inputs, minus = inputs;
-        plus[k].second = *Tensor::Allocate(DataType::kFloat64, inputs[k].second.shape());
-        minus[k].second = *Tensor::Allocate(DataType::kFloat64, inputs[k].second.shape());
+        plus[k].second = *Tensor::Allocate(inputs[k].second.dtype(), inputs[k].second.shape());
+        minus[k].second = *Tensor::Allocate(inputs[k].second.dtype(), inputs[k].second.shape());
         for (int64_t j = 0; j < gradient.num_elements(); ++j) {
-          const double value = inputs[k].second.data<double>()[j];
-          plus[k].second.mutable_data<double>()[j] = value + (j == i ? kStep : 0.0);
-          minus[k].second.mutable_data<double>()[j] = value - (j == i ? kStep : 0.0);
+          const double value = Get(inputs[k].second, j);
+          Set(plus[k].second, j, value + (j == i ? step : 0.0));
+          Set(minus[k].second, j, value - (j == i ? step : 0.0));
         }
-        const double numeric =
-            (RunLoss(**forward_session, plus) - RunLoss(**forward_session, minus)) / (2 * kStep);
-        EXPECT_NEAR(gradient.data<double>()[i], numeric, 1e-6 * std::max(1.0, std::fabs(numeric)))
+        const double numeric = (RunLoss(**forward_session, plus) - RunLoss(**forward_session, minus)) / (2 * step);
+        EXPECT_NEAR(Get(gradient, i), numeric, tolerance * std::max(1.0, std::fabs(numeric)))
             << parameter << "[" << i << "]";
       }
     }
@@ -207,13 +224,14 @@ struct OpCase {
   bool positive = false;
   std::vector<std::pair<std::string, std::vector<int64_t>>> fixed = {};  // float inputs, not differentiated
   int extra_outputs = 0;  // unused outputs after y (e.g. BatchNormalization's running statistics)
+  bool float32 = false;   // for ops the engine runs in float32 only (Conv)
 };
 
 class OpGradientTest : public ::testing::TestWithParam<OpCase> {};
 
 TEST_P(OpGradientTest, MatchesFiniteDifferences) {
   const OpCase& c = GetParam();
-  ModelBuilder b;
+  ModelBuilder b(c.float32 ? onnx::TensorProto::FLOAT : onnx::TensorProto::DOUBLE);
   std::vector<std::string> names, parameters;
   for (const auto& [name, dims] : c.inputs) {
     b.Input(name, dims);
@@ -272,7 +290,13 @@ INSTANTIATE_TEST_SUITE_P(
         OpCase{"BatchNormalization", {{"x", {3, 2, 2}}, {"scale", {2}}, {"bias", {2}}}, {}, {}, {}, {}, true,
                {{"mean", {2}}, {"var", {2}}}},
         OpCase{"GlobalAveragePool", {{"x", {2, 3, 2, 2}}}},
-        OpCase{"Gather", {{"table", {5, 3}}}, {{"indices", {1, 3, 1, 4}}}}));
+        OpCase{"Gather", {{"table", {5, 3}}}, {{"indices", {1, 3, 1, 4}}}},
+        OpCase{"Conv", {{"x", {2, 2, 5, 5}}, {"w", {3, 2, 3, 3}}, {"b", {3}}}, {}, {},
+               {{"strides", {2, 1}}, {"pads", {1, 0, 1, 1}}, {"dilations", {1, 2}}}, {}, false, {}, 0, true},
+        OpCase{"Conv", {{"x", {1, 4, 4, 4}}}, {}, {{"group", 4}}, {{"pads", {1, 1, 1, 1}}}, {}, false,
+               {{"w", {4, 1, 3, 3}}}, 0, true},
+        OpCase{"MaxPool", {{"x", {2, 2, 4, 4}}}, {}, {}, {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}}, {}, false,
+               {}, 1}));
 
 TEST(GradientBuilderTest, AnOpWithoutAGradientRuleOnThePathIsReportedWithTheParametersItBlocks) {
   ModelBuilder b;

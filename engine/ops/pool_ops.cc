@@ -398,4 +398,42 @@ absl::Status GlobalAveragePoolGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+// MaxPool: each output's gradient goes to the input element it selected, found through the node's Indices
+// output (flat indices into the whole input, storage_order 0), which GenerateArtifacts adds where a model
+// omits it: dX = ScatterElements(zeros, Indices, dY, reduction add) over the flattened input.
+absl::Status MaxPoolGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  if (g.node().output_size() < 2 || g.O(1).empty()) {
+    return absl::UnimplementedError("MaxPool gradients need the node's Indices output");
+  }
+  if (g.IntAttr("storage_order", 0) != 0) return absl::UnimplementedError("MaxPool storage_order 1 gradients");
+  if (g.opset() < 16) return absl::UnimplementedError("MaxPool gradients need opset 16 (scatter with reduction)");
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> x_shape, g.StaticShape(g.I(0)));
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  int64_t count = 1;
+  for (int64_t dim : x_shape) count *= dim;
+  const std::string zeros = g.Temp("zeros"), flat_indices = g.Temp("flat_indices"), flat_dy = g.Temp("flat_dy"),
+                    flat_dx = g.Temp("flat_dx");
+  onnx::NodeProto* fill = g.Emit("ConstantOfShape", {g.Int64Constant({count})}, {zeros});
+  auto* value = fill->add_attribute();
+  value->set_name("value");
+  value->set_type(onnx::AttributeProto::TENSOR);
+  value->mutable_t()->set_data_type(type);
+  value->mutable_t()->add_dims(1);
+  if (type == onnx::TensorProto::DOUBLE) {
+    value->mutable_t()->add_double_data(0.0);
+  } else {
+    value->mutable_t()->add_float_data(0.0f);
+  }
+  g.Emit("Reshape", {g.O(1), g.Int64Constant({-1})}, {flat_indices});
+  g.Emit("Reshape", {g.GO(0), g.Int64Constant({-1})}, {flat_dy});
+  onnx::NodeProto* scatter = g.Emit("ScatterElements", {zeros, flat_indices, flat_dy}, {flat_dx});
+  auto* reduction = scatter->add_attribute();
+  reduction->set_name("reduction");
+  reduction->set_type(onnx::AttributeProto::STRING);
+  reduction->set_s("add");
+  g.Emit("Reshape", {flat_dx, g.Int64Constant(x_shape)}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
 }  // namespace traind::engine
