@@ -1,5 +1,6 @@
 #include "engine/autodiff/gradient_builder.h"
 
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/autodiff/gradient_rule.h"
+#include "engine/runtime/session.h"
 #include "onnx/shape_inference/implementation.h"
 
 namespace traind::engine {
@@ -120,7 +122,8 @@ class Builder {
  private:
   GradientRuleContext::Callbacks Callbacks() {
     return {[this](const std::string& value) { return Facts(value); },
-            [this](absl::string_view hint) { return TempName(hint); }, [this] { return graph_.add_node(); }};
+            [this](absl::string_view hint) { return TempName(hint); }, [this] { return graph_.add_node(); },
+            [this](const std::string& value) { return ConstantInts(value); }};
   }
 
   void CollectFacts() {
@@ -147,8 +150,85 @@ class Builder {
     }
     for (const auto& node : graph.node()) {
       for (const auto& output : node.output()) used_names_.insert(output);
+      if (node.op_type() == "Constant" && node.output_size() == 1) {
+        for (const auto& attribute : node.attribute()) {
+          if (attribute.name() == "value" && attribute.t().data_type() == onnx::TensorProto::INT64) {
+            RememberInts(node.output(0), attribute.t());
+          }
+        }
+      }
+    }
+    for (const auto& initializer : graph.initializer()) {
+      if (initializer.data_type() == onnx::TensorProto::INT64) RememberInts(initializer.name(), initializer);
     }
     for (const auto& [name, facts] : facts_) used_names_.insert(name);
+  }
+
+  // The value of an int64 value computed from constants alone — literal constants, initializers, and Shape of
+  // values whose shape is static (PyTorch exports compute slice bounds that way) — by running that subgraph.
+  std::optional<std::vector<int64_t>> ConstantInts(const std::string& value) {
+    if (auto it = constant_ints_.find(value); it != constant_ints_.end()) return it->second;
+    absl::flat_hash_map<std::string, int> producer;
+    for (int n = 0; n < graph_.node_size(); ++n) {
+      for (const auto& output : graph_.node(n).output()) producer[output] = n;
+    }
+    absl::flat_hash_set<std::string> initializer_names;
+    for (const auto& initializer : graph_.initializer()) initializer_names.insert(initializer.name());
+    onnx::ModelProto subgraph_model;
+    subgraph_model.set_ir_version(model_.ir_version());
+    *subgraph_model.mutable_opset_import() = model_.opset_import();
+    onnx::GraphProto* subgraph = subgraph_model.mutable_graph();
+    subgraph->set_name("constant_subgraph");
+    std::set<int> nodes;
+    std::vector<std::string> pending = {value};
+    absl::flat_hash_set<std::string> seen;
+    while (!pending.empty()) {
+      const std::string current = pending.back();
+      pending.pop_back();
+      if (current.empty() || !seen.insert(current).second) continue;
+      if (initializer_names.contains(current)) {
+        for (const auto& initializer : graph_.initializer()) {
+          if (initializer.name() == current) *subgraph->add_initializer() = initializer;
+        }
+        continue;
+      }
+      auto it = producer.find(current);
+      if (it == producer.end()) return std::nullopt;  // a graph input: not a constant
+      const onnx::NodeProto& node = graph_.node(it->second);
+      if (node.op_type() == "Shape" && node.input_size() == 1) {
+        const ValueFacts* facts = Facts(node.input(0));
+        if (facts == nullptr || !facts->has_static_shape) return std::nullopt;
+        onnx::TensorProto* shape = subgraph->add_initializer();
+        shape->set_name(current);
+        shape->set_data_type(onnx::TensorProto::INT64);
+        shape->add_dims(static_cast<int64_t>(facts->dims.size()));
+        for (int64_t dim : facts->dims) shape->add_int64_data(dim);
+        continue;
+      }
+      nodes.insert(it->second);
+      for (const auto& input : node.input()) pending.push_back(input);
+    }
+    for (int n : nodes) *subgraph->add_node() = graph_.node(n);  // in the graph's (topological) order
+    onnx::ValueInfoProto* output = subgraph->add_output();
+    output->set_name(value);
+    output->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
+    absl::StatusOr<std::unique_ptr<Session>> session = Session::Create(subgraph_model);
+    if (!session.ok()) return std::nullopt;
+    absl::StatusOr<NamedTensors> outputs = (*session)->Run(NamedTensors{});
+    if (!outputs.ok() || outputs->size() != 1 || (*outputs)[0].second.dtype() != DataType::kInt64) return std::nullopt;
+    const Tensor& tensor = (*outputs)[0].second;
+    std::vector<int64_t> values(tensor.data<int64_t>(), tensor.data<int64_t>() + tensor.num_elements());
+    constant_ints_[value] = values;
+    return values;
+  }
+
+  void RememberInts(const std::string& name, const onnx::TensorProto& tensor) {
+    std::vector<int64_t> values(tensor.int64_data().begin(), tensor.int64_data().end());
+    if (tensor.has_raw_data()) {
+      values.resize(tensor.raw_data().size() / sizeof(int64_t));
+      std::memcpy(values.data(), tensor.raw_data().data(), values.size() * sizeof(int64_t));
+    }
+    constant_ints_[name] = std::move(values);
   }
 
   const ValueFacts* Facts(const std::string& value) const {
@@ -234,6 +314,7 @@ class Builder {
   std::map<std::string, int> opsets_;
   absl::flat_hash_map<std::string, ValueFacts> facts_;
   absl::flat_hash_map<std::string, onnx::TypeProto> types_;
+  absl::flat_hash_map<std::string, std::vector<int64_t>> constant_ints_;
   absl::flat_hash_set<std::string> used_names_;
   absl::flat_hash_set<std::string> requires_grad_;
   absl::flat_hash_map<std::string, std::vector<std::string>> partials_;

@@ -291,6 +291,7 @@ INSTANTIATE_TEST_SUITE_P(
                {{"mean", {2}}, {"var", {2}}}},
         OpCase{"GlobalAveragePool", {{"x", {2, 3, 2, 2}}}},
         OpCase{"Gather", {{"table", {5, 3}}}, {{"indices", {1, 3, 1, 4}}}},
+        OpCase{"ReduceSum", {{"x", {2, 3, 4}}}, {{"axes", {1, -1}}}, {{"keepdims", 1}}},
         OpCase{"Conv", {{"x", {2, 2, 5, 5}}, {"w", {3, 2, 3, 3}}, {"b", {3}}}, {}, {},
                {{"strides", {2, 1}}, {"pads", {1, 0, 1, 1}}, {"dilations", {1, 2}}}, {}, false, {}, 0, true},
         OpCase{"Conv", {{"x", {1, 4, 4, 4}}}, {}, {{"group", 4}}, {{"pads", {1, 1, 1, 1}}}, {}, false,

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,8 @@ class GradientRuleContext {
     std::function<const ValueFacts*(const std::string& value)> facts;
     std::function<std::string(absl::string_view hint)> temp_name;
     std::function<onnx::NodeProto*()> add_node;
+    // The values of an int64 constant of the graph (initializer or Constant node); nullopt otherwise.
+    std::function<std::optional<std::vector<int64_t>>(const std::string& value)> constant_ints;
   };
 
   GradientRuleContext(const onnx::NodeProto& node, int opset, std::vector<std::string> output_gradients,
@@ -69,6 +72,11 @@ class GradientRuleContext {
   int64_t IntAttr(absl::string_view name, int64_t fallback) const;
   float FloatAttr(absl::string_view name, float fallback) const;
   std::vector<int64_t> IntsAttr(absl::string_view name) const;
+
+  // The values of `value` when it is an int64 constant of the graph (e.g. an axes operand).
+  std::optional<std::vector<int64_t>> ConstantInts(const std::string& value) const {
+    return callbacks_.constant_ints ? callbacks_.constant_ints(value) : std::nullopt;
+  }
 
   // A fresh value name, unique in the whole graph.
   std::string Temp(absl::string_view hint) { return callbacks_.temp_name(hint); }

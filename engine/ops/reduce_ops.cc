@@ -529,16 +529,22 @@ absl::Status SpreadReducedGradient(GradientRuleContext& g, std::vector<int64_t> 
 
 }  // namespace
 
-// ReduceSum: axes from the attribute (opset < 13); an axes input (opset 13+) is not supported yet.
+// ReduceSum: axes from the attribute (opset < 13) or from the axes input (opset 13+), which must then be a
+// constant of the graph.
 absl::Status ReduceSumGradient(GradientRuleContext& g) {
+  std::vector<int64_t> axes = g.IntsAttr("axes");
   if (g.num_inputs() > 1 && !g.I(1).empty()) {
-    return absl::UnimplementedError("ReduceSum gradients with an axes input are not supported yet");
+    std::optional<std::vector<int64_t>> constant = g.ConstantInts(g.I(1));
+    if (!constant.has_value()) {
+      return absl::UnimplementedError("ReduceSum gradients need its axes input to be a constant");
+    }
+    axes = *constant;
   }
-  if (g.IntAttr("noop_with_empty_axes", 0) != 0) {
+  if (axes.empty() && g.IntAttr("noop_with_empty_axes", 0) != 0) {
     if (g.NeedsGI(0)) g.Emit("Identity", {g.GO(0)}, {g.GI(0)});
     return absl::OkStatus();
   }
-  return SpreadReducedGradient(g, g.IntsAttr("axes"), /*mean=*/false);
+  return SpreadReducedGradient(g, axes, /*mean=*/false);
 }
 
 // ReduceMean (opset < 18): axes is an attribute.

@@ -1,10 +1,12 @@
 // Slice (opsets 1-9: starts/ends/axes attributes; 10+: int32/int64 inputs with optional axes and
 // steps, negative steps, clamping) and Split (opsets 2-12: `split` attribute; 13+: `split` input).
 #include <algorithm>
+#include <optional>
 #include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/strided_copy.h"
 #include "engine/ops/index_helpers.h"
@@ -229,6 +231,44 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSplitKernel(const KernelInit& init
   }
   if (init.num_outputs() < 1) return init.Error("Split needs at least one output");
   return std::unique_ptr<Kernel>(new SplitKernel(axis, split_is_input, std::move(split)));
+}
+
+// Slice (opset 10+, steps 1): dx is dy placed back at the sliced window, zeros elsewhere: Pad(dy) by the
+// window's offsets. starts/ends/axes/steps must be constants of the graph.
+absl::Status SliceGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  if (g.opset() < 10) return absl::UnimplementedError("Slice gradients need opset 10 or later");
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  auto constant = [&g](int i) -> std::optional<std::vector<int64_t>> {
+    if (g.num_inputs() <= i || g.I(i).empty()) return std::vector<int64_t>{};
+    return g.ConstantInts(g.I(i));
+  };
+  std::optional<std::vector<int64_t>> starts = constant(1), ends = constant(2), axes = constant(3),
+                                      steps = constant(4);
+  if (!starts || !ends || !axes || !steps) {
+    return absl::UnimplementedError("Slice gradients need constant starts, ends, axes and steps");
+  }
+  if (axes->empty()) {
+    for (size_t i = 0; i < starts->size(); ++i) axes->push_back(static_cast<int64_t>(i));
+  }
+  std::vector<int64_t> pads(2 * rank, 0);
+  for (size_t i = 0; i < starts->size(); ++i) {
+    if (!steps->empty() && (*steps)[i] != 1) return absl::UnimplementedError("Slice gradients with steps != 1");
+    int64_t axis = (*axes)[i];
+    if (axis < 0) axis += rank;
+    const int64_t dim = shape[axis];
+    auto clamp = [dim](int64_t index) {
+      if (index < 0) index += dim;
+      return std::max<int64_t>(0, std::min(index, dim));
+    };
+    const int64_t begin = clamp((*starts)[i]);
+    const int64_t end = std::max(begin, clamp((*ends)[i]));
+    pads[axis] = begin;
+    pads[axis + rank] = dim - end;
+  }
+  g.Emit("Pad", {g.GO(0), g.Int64Constant(pads)}, {g.GI(0)});
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

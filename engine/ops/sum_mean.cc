@@ -3,6 +3,7 @@
 // input 0 and then accumulates one input at a time, so every loop is contiguous (or a broadcast
 // scalar) and vectorises. Mean divides once at the end.
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/broadcast.h"
 #include "engine/runtime/dispatch.h"
@@ -67,6 +68,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSumKernel(const KernelInit&) {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateMeanKernel(const KernelInit&) {
   return std::unique_ptr<Kernel>(new SumMeanKernel("Mean", /*mean=*/true));
+}
+
+// Sum: each input receives dy, summed back over the dims it was broadcast along.
+absl::Status SumGradient(GradientRuleContext& g) {
+  for (int i = 0; i < g.num_inputs(); ++i) {
+    if (g.NeedsGI(i)) TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(g.GO(0), g.O(0), g.I(i), g.GI(i)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine
