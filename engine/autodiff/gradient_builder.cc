@@ -95,8 +95,20 @@ class Builder {
         input_gradients.push_back(needed ? TempName(input + "_grad_part") : "");
       }
       GradientRuleContext context(node, OpsetOf(node), output_gradients, input_gradients, Callbacks());
+      const int first_emitted = graph_.node_size();
       if (absl::Status status = registration->gradient.rule(context); !status.ok()) {
         return absl::Status(status.code(), absl::StrCat("gradient of ", context.Label(), ": ", status.message()));
+      }
+      // Invariant of every rule: each requested input gradient is produced.
+      absl::flat_hash_set<std::string> produced;
+      for (int e = first_emitted; e < graph_.node_size(); ++e) {
+        produced.insert(graph_.node(e).output().begin(), graph_.node(e).output().end());
+      }
+      for (size_t i = 0; i < input_gradients.size(); ++i) {
+        if (!input_gradients[i].empty() && !produced.contains(input_gradients[i])) {
+          return absl::InternalError(absl::StrCat("the gradient rule of ", context.Label(),
+                                                  " did not produce the gradient of input ", i));
+        }
       }
       for (size_t i = 0; i < input_gradients.size(); ++i) {
         if (!input_gradients[i].empty()) partials_[node.input(i)].push_back(input_gradients[i]);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/ops/elementwise.h"
 
 namespace traind::engine {
@@ -110,6 +111,15 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateCastKernel(const KernelInit& init)
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateCastLikeKernel(const KernelInit&) {
   return std::unique_ptr<Kernel>(new CastLikeKernel());
+}
+
+// Between floating types a cast passes the gradient, cast back to the input's type. (Casts to integer types
+// carry no gradient: the builder never asks for one through them.)
+absl::Status CastGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  GradientRuleContext::SetIntAttr(g.Emit("Cast", {g.GO(0)}, {g.GI(0)}), "to", type);
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

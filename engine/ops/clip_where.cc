@@ -2,6 +2,7 @@
 // (three-way broadcasting select).
 #include <limits>
 
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/ops/elementwise.h"
 
 namespace traind::engine {
@@ -120,6 +121,59 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateClipKernel(const KernelInit& init)
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateWhereKernel(const KernelInit&) {
   return std::unique_ptr<Kernel>(new WhereKernel());
+}
+
+// Clip: dx = dy where min <= x <= max (bounds as inputs from opset 11, attributes before), else 0; a bound
+// input receives dy where it clipped (x below min, or above max), summed to its shape.
+absl::Status ClipGradient(GradientRuleContext& g) {
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  std::string low, high;
+  if (g.opset() >= 11) {
+    if (g.num_inputs() > 1) low = g.I(1);
+    if (g.num_inputs() > 2) high = g.I(2);
+  } else {
+    low = g.ScalarConstant(g.FloatAttr("min", -3.4028234663852886e38f), type);
+    high = g.ScalarConstant(g.FloatAttr("max", 3.4028234663852886e38f), type);
+  }
+  std::string passed = g.GO(0);
+  const std::string zeros = g.Temp("zeros");
+  g.Emit("Mul", {g.GO(0), g.ScalarConstant(0.0, type)}, {zeros});
+  if (!g.NeedsGI(0) && !g.NeedsGI(1) && !g.NeedsGI(2)) return absl::OkStatus();
+  if (!low.empty()) {
+    const std::string inside = g.Temp("above_min"), out = g.Temp("clip_low");
+    g.Emit("GreaterOrEqual", {g.I(0), low}, {inside});
+    g.Emit("Where", {inside, passed, zeros}, {out});
+    passed = out;
+  }
+  if (!high.empty()) {
+    const std::string inside = g.Temp("below_max"), out = g.Temp("clip_high");
+    g.Emit("LessOrEqual", {g.I(0), high}, {inside});
+    g.Emit("Where", {inside, passed, zeros}, {out});
+    passed = out;
+  }
+  if (g.NeedsGI(0)) g.Emit("Identity", {passed}, {g.GI(0)});
+  for (int bound = 1; bound <= 2; ++bound) {
+    if (!g.NeedsGI(bound)) continue;
+    const std::string clipped = g.Temp("clipped"), selected = g.Temp("selected");
+    g.Emit(bound == 1 ? "Less" : "Greater", {g.I(0), g.I(bound)}, {clipped});
+    g.Emit("Where", {clipped, g.GO(0), zeros}, {selected});
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(selected, g.O(0), g.I(bound), g.GI(bound)));
+  }
+  return absl::OkStatus();
+}
+
+// Where(c, a, b): da = dy where c, db = dy where not c, each summed to its input's shape.
+absl::Status WhereGradient(GradientRuleContext& g) {
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.O(0)));
+  const std::string zeros = g.Temp("zeros");
+  g.Emit("Mul", {g.GO(0), g.ScalarConstant(0.0, type)}, {zeros});
+  for (int i = 1; i <= 2; ++i) {
+    if (!g.NeedsGI(i)) continue;
+    const std::string selected = g.Temp("selected");
+    g.Emit("Where", {g.I(0), i == 1 ? g.GO(0) : zeros, i == 1 ? zeros : g.GO(0)}, {selected});
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(selected, g.O(0), g.I(i), g.GI(i)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/broadcast.h"
 #include "engine/ops/index_helpers.h"
@@ -121,6 +122,12 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateTileKernel(const KernelInit& init)
     return init.Error("Tile takes exactly two inputs, input and repeats");
   }
   return std::unique_ptr<Kernel>(new TileKernel());
+}
+
+// Expand: dy summed back over the broadcast dims.
+absl::Status ExpandGradient(GradientRuleContext& g) {
+  if (g.NeedsGI(0)) TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(g.GO(0), g.O(0), g.I(0), g.GI(0)));
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

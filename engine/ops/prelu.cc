@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/broadcast.h"
 #include "engine/ops/elementwise.h"
@@ -60,6 +61,29 @@ class PReluKernel final : public Kernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreatePReluKernel(const KernelInit& init) {
   return std::unique_ptr<Kernel>(new PReluKernel(/*per_channel_slope=*/init.opset() < 7));
+}
+
+// PRelu(x, slope) (opset 7+ broadcasting): dx = dy where x > 0, dy * slope elsewhere; dslope = dy * x where
+// x <= 0, summed to slope's shape.
+absl::Status PReluGradient(GradientRuleContext& g) {
+  if (g.opset() < 7) return absl::UnimplementedError("PRelu gradients need opset 7 or later");
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string positive = g.Temp("positive"), zeros = g.Temp("zeros");
+  g.Emit("Greater", {g.I(0), g.ScalarConstant(0.0, type)}, {positive});
+  g.Emit("Mul", {g.GO(0), g.ScalarConstant(0.0, type)}, {zeros});
+  if (g.NeedsGI(0)) {
+    const std::string scaled = g.Temp("slope_dy"), selected = g.Temp("selected");
+    g.Emit("Mul", {g.GO(0), g.I(1)}, {scaled});
+    g.Emit("Where", {positive, g.GO(0), scaled}, {selected});
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(selected, g.O(0), g.I(0), g.GI(0)));
+  }
+  if (g.NeedsGI(1)) {
+    const std::string product = g.Temp("x_dy"), selected = g.Temp("selected");
+    g.Emit("Mul", {g.GO(0), g.I(0)}, {product});
+    g.Emit("Where", {positive, zeros, product}, {selected});
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(selected, g.O(0), g.I(1), g.GI(1)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

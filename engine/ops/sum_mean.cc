@@ -78,4 +78,15 @@ absl::Status SumGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+// Mean of n inputs: each receives dy / n, summed back over its broadcast dims.
+absl::Status MeanGradient(GradientRuleContext& g) {
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.O(0)));
+  const std::string share = g.Temp("dy_over_n");
+  g.Emit("Div", {g.GO(0), g.ScalarConstant(g.num_inputs(), type)}, {share});
+  for (int i = 0; i < g.num_inputs(); ++i) {
+    if (g.NeedsGI(i)) TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(share, g.O(0), g.I(i), g.GI(i)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace traind::engine

@@ -282,4 +282,32 @@ absl::Status SoftplusGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+// Elu: dx = dy where x > 0, dy * (y + alpha) elsewhere (y = alpha * (e^x - 1) there).
+absl::Status EluGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string positive = g.Temp("positive"), slope = g.Temp("slope"), scaled = g.Temp("scaled");
+  g.Emit("Greater", {g.I(0), g.ScalarConstant(0.0, type)}, {positive});
+  g.Emit("Add", {g.O(0), g.ScalarConstant(g.FloatAttr("alpha", 1.0f), type)}, {slope});
+  g.Emit("Mul", {g.GO(0), slope}, {scaled});
+  g.Emit("Where", {positive, g.GO(0), scaled}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
+// Selu: dx = gamma * dy where x > 0, dy * (y + gamma * alpha) elsewhere.
+absl::Status SeluGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const float alpha = g.FloatAttr("alpha", 1.67326319217681884765625f);
+  const float gamma = g.FloatAttr("gamma", 1.05070102214813232421875f);
+  const std::string positive = g.Temp("positive"), slope = g.Temp("slope"), negative_part = g.Temp("negative"),
+                    positive_part = g.Temp("positive_part");
+  g.Emit("Greater", {g.I(0), g.ScalarConstant(0.0, type)}, {positive});
+  g.Emit("Add", {g.O(0), g.ScalarConstant(static_cast<double>(gamma) * alpha, type)}, {slope});
+  g.Emit("Mul", {g.GO(0), slope}, {negative_part});
+  g.Emit("Mul", {g.GO(0), g.ScalarConstant(gamma, type)}, {positive_part});
+  g.Emit("Where", {positive, positive_part, negative_part}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
 }  // namespace traind::engine
