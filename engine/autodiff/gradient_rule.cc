@@ -109,6 +109,29 @@ void GradientRuleContext::SetIntsAttr(onnx::NodeProto* node, absl::string_view n
   for (int64_t value : values) attribute->add_ints(value);
 }
 
+void GradientRuleContext::SetStringAttr(onnx::NodeProto* node, absl::string_view name, absl::string_view value) {
+  auto* attribute = node->add_attribute();
+  attribute->set_name(std::string(name));
+  attribute->set_type(onnx::AttributeProto::STRING);
+  attribute->set_s(std::string(value));
+}
+
+std::string GradientRuleContext::Zeros(const std::string& shape, int32_t elem_type) {
+  const std::string zeros = Temp("zeros");
+  onnx::NodeProto* fill = Emit("ConstantOfShape", {shape}, {zeros});
+  auto* value = fill->add_attribute();
+  value->set_name("value");
+  value->set_type(onnx::AttributeProto::TENSOR);
+  value->mutable_t()->set_data_type(elem_type);
+  value->mutable_t()->add_dims(1);
+  if (elem_type == onnx::TensorProto::DOUBLE) {
+    value->mutable_t()->add_double_data(0.0);
+  } else {
+    value->mutable_t()->add_float_data(0.0f);
+  }
+  return zeros;
+}
+
 void GradientRuleContext::SetFloatAttr(onnx::NodeProto* node, absl::string_view name, float value) {
   auto* attribute = node->add_attribute();
   attribute->set_name(std::string(name));

@@ -87,6 +87,8 @@ class GradientRuleContext {
   std::string ScalarConstant(double value, int32_t elem_type);
   // A 1-D int64 constant.
   std::string Int64Constant(const std::vector<int64_t>& values);
+  // Zeros of `elem_type` whose shape is the value of the 1-D int64 `shape` (ConstantOfShape).
+  std::string Zeros(const std::string& shape, int32_t elem_type);
 
   // Writes into `out` the gradient `gradient` (shaped like `broadcast_value`) summed over the dimensions that
   // numpy broadcasting added to `input` — identity when the shapes agree. Static shapes required.
@@ -99,6 +101,7 @@ class GradientRuleContext {
   static void SetIntAttr(onnx::NodeProto* node, absl::string_view name, int64_t value);
   static void SetIntsAttr(onnx::NodeProto* node, absl::string_view name, const std::vector<int64_t>& values);
   static void SetFloatAttr(onnx::NodeProto* node, absl::string_view name, float value);
+  static void SetStringAttr(onnx::NodeProto* node, absl::string_view name, absl::string_view value);
 
   std::string Label() const;
 

@@ -418,26 +418,12 @@ absl::Status GatherGradient(GradientRuleContext& g) {
   if (!g.NeedsGI(0)) return absl::OkStatus();
   if (g.IntAttr("axis", 0) != 0) return absl::UnimplementedError("Gather gradients are implemented for axis 0 only");
   if (g.opset() < 16) return absl::UnimplementedError("Gather gradients need opset 16 (ScatterND with reduction)");
-  const std::string shape = g.Temp("data_shape"), zeros = g.Temp("zeros"), indices = g.Temp("indices_nd");
+  const std::string shape = g.Temp("data_shape"), indices = g.Temp("indices_nd");
   g.Emit("Shape", {g.I(0)}, {shape});
   TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
-  onnx::NodeProto* fill = g.Emit("ConstantOfShape", {shape}, {zeros});
-  auto* value = fill->add_attribute();
-  value->set_name("value");
-  value->set_type(onnx::AttributeProto::TENSOR);
-  value->mutable_t()->set_data_type(type);
-  value->mutable_t()->add_dims(1);
-  if (type == onnx::TensorProto::DOUBLE) {
-    value->mutable_t()->add_double_data(0.0);
-  } else {
-    value->mutable_t()->add_float_data(0.0f);
-  }
+  const std::string zeros = g.Zeros(shape, type);
   g.Emit("Unsqueeze", {g.I(1), g.Int64Constant({-1})}, {indices});
-  onnx::NodeProto* scatter = g.Emit("ScatterND", {zeros, indices, g.GO(0)}, {g.GI(0)});
-  auto* reduction = scatter->add_attribute();
-  reduction->set_name("reduction");
-  reduction->set_type(onnx::AttributeProto::STRING);
-  reduction->set_s("add");
+  GradientRuleContext::SetStringAttr(g.Emit("ScatterND", {zeros, indices, g.GO(0)}, {g.GI(0)}), "reduction", "add");
   return absl::OkStatus();
 }
 

@@ -412,26 +412,12 @@ absl::Status MaxPoolGradient(GradientRuleContext& g) {
   TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
   int64_t count = 1;
   for (int64_t dim : x_shape) count *= dim;
-  const std::string zeros = g.Temp("zeros"), flat_indices = g.Temp("flat_indices"), flat_dy = g.Temp("flat_dy"),
-                    flat_dx = g.Temp("flat_dx");
-  onnx::NodeProto* fill = g.Emit("ConstantOfShape", {g.Int64Constant({count})}, {zeros});
-  auto* value = fill->add_attribute();
-  value->set_name("value");
-  value->set_type(onnx::AttributeProto::TENSOR);
-  value->mutable_t()->set_data_type(type);
-  value->mutable_t()->add_dims(1);
-  if (type == onnx::TensorProto::DOUBLE) {
-    value->mutable_t()->add_double_data(0.0);
-  } else {
-    value->mutable_t()->add_float_data(0.0f);
-  }
+  const std::string zeros = g.Zeros(g.Int64Constant({count}), type), flat_indices = g.Temp("flat_indices"),
+                    flat_dy = g.Temp("flat_dy"), flat_dx = g.Temp("flat_dx");
   g.Emit("Reshape", {g.O(1), g.Int64Constant({-1})}, {flat_indices});
   g.Emit("Reshape", {g.GO(0), g.Int64Constant({-1})}, {flat_dy});
-  onnx::NodeProto* scatter = g.Emit("ScatterElements", {zeros, flat_indices, flat_dy}, {flat_dx});
-  auto* reduction = scatter->add_attribute();
-  reduction->set_name("reduction");
-  reduction->set_type(onnx::AttributeProto::STRING);
-  reduction->set_s("add");
+  GradientRuleContext::SetStringAttr(g.Emit("ScatterElements", {zeros, flat_indices, flat_dy}, {flat_dx}), "reduction",
+                                     "add");
   g.Emit("Reshape", {flat_dx, g.Int64Constant(x_shape)}, {g.GI(0)});
   return absl::OkStatus();
 }

@@ -137,13 +137,7 @@ absl::Status ReluGradient(GradientRuleContext& g) {
   const std::string positive = g.Temp("positive");
   g.Emit("Greater", {g.I(0), g.ScalarConstant(0.0, type)}, {positive});
   const std::string mask = g.Temp("mask");
-  g.Emit("Cast", {positive}, {mask})->add_attribute()->CopyFrom([type] {
-    onnx::AttributeProto to;
-    to.set_name("to");
-    to.set_type(onnx::AttributeProto::INT);
-    to.set_i(type);
-    return to;
-  }());
+  GradientRuleContext::SetIntAttr(g.Emit("Cast", {positive}, {mask}), "to", type);
   g.Emit("Mul", {g.GO(0), mask}, {g.GI(0)});
   return absl::OkStatus();
 }
@@ -174,11 +168,7 @@ void EmitScaled(GradientRuleContext& g, const std::string& factor) { g.Emit("Mul
 absl::StatusOr<std::string> Mask(GradientRuleContext& g, const std::string& condition) {
   TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
   const std::string mask = g.Temp("mask");
-  onnx::NodeProto* cast = g.Emit("Cast", {condition}, {mask});
-  auto* to = cast->add_attribute();
-  to->set_name("to");
-  to->set_type(onnx::AttributeProto::INT);
-  to->set_i(type);
+  GradientRuleContext::SetIntAttr(g.Emit("Cast", {condition}, {mask}), "to", type);
   return mask;
 }
 
