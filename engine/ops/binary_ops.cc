@@ -290,4 +290,27 @@ absl::Status PowGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+// Max / Min (opset 8+, broadcasting): each input receives dy where it equals the result, shared among the inputs
+// that tie (PyTorch's maximum/minimum split ties evenly), summed to its shape.
+absl::Status ExtremumGradient(GradientRuleContext& g) {
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.O(0)));
+  std::vector<std::string> masks;
+  for (int i = 0; i < g.num_inputs(); ++i) {
+    const std::string hit = g.Temp("is_result"), mask = g.Temp("mask");
+    g.Emit("Equal", {g.I(i), g.O(0)}, {hit});
+    GradientRuleContext::SetIntAttr(g.Emit("Cast", {hit}, {mask}), "to", type);
+    masks.push_back(mask);
+  }
+  const std::string ties = g.Temp("ties");
+  g.Emit("Sum", masks, {ties});
+  for (int i = 0; i < g.num_inputs(); ++i) {
+    if (!g.NeedsGI(i)) continue;
+    const std::string share = g.Temp("share"), scaled = g.Temp("scaled");
+    g.Emit("Div", {masks[i], ties}, {share});
+    g.Emit("Mul", {g.GO(0), share}, {scaled});
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShapeOf(scaled, g.O(0), g.I(i), g.GI(i)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace traind::engine

@@ -130,4 +130,23 @@ absl::Status ExpandGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+// Tile: dy viewed as [r0, d0, r1, d1, ...] and summed over the repeat axes.
+absl::Status TileGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  std::optional<std::vector<int64_t>> repeats = g.ConstantInts(g.I(1));
+  if (!repeats.has_value()) return absl::UnimplementedError("Tile gradients need constant repeats");
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
+  std::vector<int64_t> interleaved, repeat_axes;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    repeat_axes.push_back(static_cast<int64_t>(interleaved.size()));
+    interleaved.push_back((*repeats)[d]);
+    interleaved.push_back(shape[d]);
+  }
+  const std::string viewed = g.Temp("tiles"), summed = g.Temp("summed");
+  g.Emit("Reshape", {g.GO(0), g.Int64Constant(interleaved)}, {viewed});
+  GradientRuleContext::SetIntAttr(g.Emit("ReduceSum", {viewed, g.Int64Constant(repeat_axes)}, {summed}), "keepdims", 0);
+  g.Emit("Identity", {summed}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
 }  // namespace traind::engine

@@ -427,4 +427,17 @@ absl::Status GatherGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+// GatherElements (opset 16+ for the scatter): dData = zeros with dy added at the gathered positions.
+absl::Status GatherElementsGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  if (g.opset() < 16) return absl::UnimplementedError("GatherElements gradients need opset 16");
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string shape = g.Temp("data_shape");
+  g.Emit("Shape", {g.I(0)}, {shape});
+  onnx::NodeProto* scatter = g.Emit("ScatterElements", {g.Zeros(shape, type), g.I(1), g.GO(0)}, {g.GI(0)});
+  GradientRuleContext::SetIntAttr(scatter, "axis", g.IntAttr("axis", 0));
+  GradientRuleContext::SetStringAttr(scatter, "reduction", "add");
+  return absl::OkStatus();
+}
+
 }  // namespace traind::engine

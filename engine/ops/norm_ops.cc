@@ -556,4 +556,28 @@ absl::Status BatchNormalizationGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+// InstanceNormalization: per (sample, channel) statistics over the spatial axes; per-channel scale and B.
+absl::Status InstanceNormalizationGradient(GradientRuleContext& g) {
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
+  std::vector<int64_t> spatial, channel_sum_axes = {0};
+  for (size_t d = 2; d < shape.size(); ++d) {
+    spatial.push_back(static_cast<int64_t>(d));
+    channel_sum_axes.push_back(static_cast<int64_t>(d));
+  }
+  TRAIND_ASSIGN_OR_RETURN(NormalizationTerms terms,
+                          RecomputeBatchStatistics(g, spatial, g.FloatAttr("epsilon", 1e-5f)));
+  if (g.NeedsGI(1)) {
+    const std::string product = g.Temp("dy_xhat");
+    g.Emit("Mul", {g.GO(0), terms.xhat}, {product});
+    g.Emit("Identity", {EmitChannelSum(g, product, channel_sum_axes)}, {g.GI(1)});
+  }
+  if (g.NeedsGI(2)) g.Emit("Identity", {EmitChannelSum(g, g.GO(0), channel_sum_axes)}, {g.GI(2)});
+  if (g.NeedsGI(0)) {
+    const std::string dxhat = g.Temp("dxhat");
+    g.Emit("Mul", {g.GO(0), ReshapeToChannels(g, g.I(1), shape.size())}, {dxhat});
+    EmitBatchStatisticsInputGradient(g, terms, dxhat, spatial);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace traind::engine

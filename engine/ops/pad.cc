@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/index_helpers.h"
 #include "engine/runtime/kernel.h"
@@ -207,6 +208,31 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreatePadKernel(const KernelInit& init) 
     return init.Error("input 'pads' is required");
   }
   return std::unique_ptr<Kernel>(new PadKernel(mode, pads_are_inputs, std::move(pads), value));
+}
+
+// Pad (opset 11+, constant mode, non-negative pads that are constants of the graph): dx is the window of dy
+// that holds x.
+absl::Status PadGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  if (g.opset() < 11) return absl::UnimplementedError("Pad gradients need opset 11 or later");
+  for (const auto& attribute : g.node().attribute()) {
+    if (attribute.name() == "mode" && attribute.s() != "constant") {
+      return absl::UnimplementedError("Pad gradients support mode 'constant' only");
+    }
+  }
+  std::optional<std::vector<int64_t>> pads = g.ConstantInts(g.I(1));
+  if (!pads.has_value()) return absl::UnimplementedError("Pad gradients need constant pads");
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
+  const size_t rank = shape.size();
+  if (pads->size() != 2 * rank) return absl::UnimplementedError("Pad gradients need pads for every axis");
+  std::vector<int64_t> starts, ends;
+  for (size_t d = 0; d < rank; ++d) {
+    if ((*pads)[d] < 0 || (*pads)[d + rank] < 0) return absl::UnimplementedError("negative pads");
+    starts.push_back((*pads)[d]);
+    ends.push_back((*pads)[d] + shape[d]);
+  }
+  g.Emit("Slice", {g.GO(0), g.Int64Constant(starts), g.Int64Constant(ends)}, {g.GI(0)});
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

@@ -552,4 +552,85 @@ absl::Status ReduceMeanGradient(GradientRuleContext& g) {
   return SpreadReducedGradient(g, g.IntsAttr("axes"), /*mean=*/true);
 }
 
+// The other reductions (axes attribute, opsets < 18): dx = spread(dy) * local derivative, where spread restores
+// the reduced axes and expands to x's shape, and y_kept is the output with the reduced axes restored.
+namespace {
+
+struct Spread {
+  std::string dy;      // dy expanded to x's shape
+  std::string y_kept;  // y with the reduced axes kept (size 1), broadcastable against x
+};
+
+absl::StatusOr<Spread> SpreadOutputAndGradient(GradientRuleContext& g) {
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> input_shape, g.StaticShape(g.I(0)));
+  const int64_t rank = static_cast<int64_t>(input_shape.size());
+  std::vector<int64_t> axes = g.IntsAttr("axes");
+  if (axes.empty()) {
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  std::vector<int64_t> kept_shape = input_shape;
+  for (int64_t axis : axes) kept_shape[axis < 0 ? axis + rank : axis] = 1;
+  Spread spread{g.Temp("dy_spread"), g.Temp("y_kept")};
+  const std::string dy_kept = g.Temp("dy_kept");
+  g.Emit("Reshape", {g.GO(0), g.Int64Constant(kept_shape)}, {dy_kept});
+  g.Emit("Expand", {dy_kept, g.Int64Constant(input_shape)}, {spread.dy});
+  g.Emit("Reshape", {g.O(0), g.Int64Constant(kept_shape)}, {spread.y_kept});
+  return spread;
+}
+
+}  // namespace
+
+// ReduceSumSquare: dx = 2 x dy.
+absl::Status ReduceSumSquareGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(Spread spread, SpreadOutputAndGradient(g));
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string twice = g.Temp("two_x");
+  g.Emit("Mul", {g.I(0), g.ScalarConstant(2.0, type)}, {twice});
+  g.Emit("Mul", {spread.dy, twice}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
+// ReduceL2: dx = x / y dy.
+absl::Status ReduceL2Gradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(Spread spread, SpreadOutputAndGradient(g));
+  const std::string ratio = g.Temp("x_over_y");
+  g.Emit("Div", {g.I(0), spread.y_kept}, {ratio});
+  g.Emit("Mul", {spread.dy, ratio}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
+// ReduceLogSumExp: dx = exp(x - y) dy (the softmax over the reduced axes).
+absl::Status ReduceLogSumExpGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(Spread spread, SpreadOutputAndGradient(g));
+  const std::string shifted = g.Temp("x_minus_y"), weights = g.Temp("softmax");
+  g.Emit("Sub", {g.I(0), spread.y_kept}, {shifted});
+  g.Emit("Exp", {shifted}, {weights});
+  g.Emit("Mul", {spread.dy, weights}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
+// ReduceMax / ReduceMin: dy goes to the elements equal to the result, shared evenly among ties (as PyTorch's
+// amax/amin).
+absl::Status ReduceExtremumGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(Spread spread, SpreadOutputAndGradient(g));
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> input_shape, g.StaticShape(g.I(0)));
+  const std::string hit = g.Temp("is_extremum"), mask = g.Temp("mask"), ties = g.Temp("ties"),
+                    ties_spread = g.Temp("ties_spread"), share = g.Temp("share");
+  g.Emit("Equal", {g.I(0), spread.y_kept}, {hit});
+  GradientRuleContext::SetIntAttr(g.Emit("Cast", {hit}, {mask}), "to", type);
+  const std::vector<int64_t> axes = g.IntsAttr("axes");
+  std::vector<std::string> count_inputs = {mask};
+  if (!axes.empty()) count_inputs.push_back(g.Int64Constant(axes));
+  GradientRuleContext::SetIntAttr(g.Emit("ReduceSum", count_inputs, {ties}), "keepdims", 1);
+  g.Emit("Expand", {ties, g.Int64Constant(input_shape)}, {ties_spread});
+  g.Emit("Div", {mask, ties_spread}, {share});
+  g.Emit("Mul", {spread.dy, share}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
 }  // namespace traind::engine

@@ -271,4 +271,24 @@ absl::Status SliceGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+// Split: dx = Concat of the outputs' gradients along the axis, zeros for outputs that receive none.
+absl::Status SplitGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
+  std::vector<std::string> pieces;
+  for (int i = 0; i < g.node().output_size(); ++i) {
+    if (g.HasGO(i)) {
+      pieces.push_back(g.GO(i));
+      continue;
+    }
+    TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> piece_shape, g.StaticShape(g.O(i)));
+    pieces.push_back(g.Zeros(g.Int64Constant(piece_shape), type));
+  }
+  int64_t axis = g.IntAttr("axis", 0);
+  if (axis < 0) axis += static_cast<int64_t>(shape.size());
+  GradientRuleContext::SetIntAttr(g.Emit("Concat", pieces, {g.GI(0)}), "axis", axis);
+  return absl::OkStatus();
+}
+
 }  // namespace traind::engine
