@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/numbers.h"
 #include "grpcpp/grpcpp.h"
@@ -71,12 +72,16 @@ int CountOpenFds() {
 }  // namespace
 
 absl::string_view StatusCodeName(int code) {
-  static constexpr absl::string_view kNames[] = {
-      "OK",        "CANCELLED",         "UNKNOWN",  "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
-      "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
-  if (code < 0 || code >= static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) return "UNKNOWN";
-  return kNames[code];
+  // gRPC status codes and absl::StatusCode share numbers and names ("OK", "NOT_FOUND", ...).
+  if (code < 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) return "UNKNOWN";
+  static const auto* const kNames = [] {
+    auto* names = new std::vector<std::string>();
+    for (int c = 0; c <= static_cast<int>(absl::StatusCode::kUnauthenticated); ++c) {
+      names->push_back(absl::StatusCodeToString(static_cast<absl::StatusCode>(c)));
+    }
+    return names;
+  }();
+  return (*kNames)[code];
 }
 
 ServerMetrics::ServerMetrics(absl::string_view version, std::vector<std::string> known_methods)
