@@ -15,14 +15,9 @@
 namespace traind::engine {
 namespace {
 
-bool IsFloatType(int32_t elem_type) {
-  return elem_type == onnx::TensorProto::FLOAT || elem_type == onnx::TensorProto::DOUBLE ||
-         elem_type == onnx::TensorProto::FLOAT16 || elem_type == onnx::TensorProto::BFLOAT16;
-}
-
 // Values of unknown type (shape inference found none) may carry gradients; integer and bool values never do.
 bool MayCarryGradient(const ValueFacts* facts) {
-  return facts == nullptr || facts->elem_type == 0 || IsFloatType(facts->elem_type);
+  return facts == nullptr || facts->elem_type == 0 || IsFloatingPointType(facts->elem_type);
 }
 
 ValueFacts FactsOf(const onnx::TypeProto& type) {
@@ -59,7 +54,7 @@ class Builder {
           absl::StrCat("training needs ai.onnx opset 13 or later; the model imports ", opsets_[""]));
     }
     const ValueFacts* loss = Facts(options_.loss);
-    if (loss == nullptr || !IsFloatType(loss->elem_type) || !loss->has_static_shape || !loss->dims.empty()) {
+    if (loss == nullptr || !IsFloatingPointType(loss->elem_type) || !loss->has_static_shape || !loss->dims.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("the loss '", options_.loss, "' must be a floating-point scalar of the graph"));
     }
@@ -334,6 +329,11 @@ class Builder {
 };
 
 }  // namespace
+
+bool IsFloatingPointType(int32_t elem_type) {
+  return elem_type == onnx::TensorProto::FLOAT || elem_type == onnx::TensorProto::DOUBLE ||
+         elem_type == onnx::TensorProto::FLOAT16 || elem_type == onnx::TensorProto::BFLOAT16;
+}
 
 std::string GradientName(const std::string& parameter) { return parameter + "_grad"; }
 

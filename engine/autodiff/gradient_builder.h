@@ -20,6 +20,9 @@ struct GradientGraphOptions {
   const OpRegistry* registry = nullptr;  // nullptr: OpRegistry::Global().
 };
 
+// True for the ONNX element types gradients flow through (float, double, float16, bfloat16).
+bool IsFloatingPointType(int32_t onnx_elem_type);
+
 // The name of the gradient output of `parameter` (ONNX Runtime's convention).
 std::string GradientName(const std::string& parameter);
 

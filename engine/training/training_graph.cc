@@ -10,11 +10,6 @@
 namespace traind::engine {
 namespace {
 
-bool IsFloatType(int32_t type) {
-  return type == onnx::TensorProto::FLOAT || type == onnx::TensorProto::DOUBLE ||
-         type == onnx::TensorProto::FLOAT16 || type == onnx::TensorProto::BFLOAT16;
-}
-
 onnx::NodeProto* AddNode(onnx::GraphProto* graph, const std::string& op, std::vector<std::string> inputs,
                          std::vector<std::string> outputs) {
   onnx::NodeProto* node = graph->add_node();
@@ -90,14 +85,14 @@ absl::StatusOr<TrainingGraph> BuildTrainingGraph(const onnx::ModelProto& forward
   for (const auto& initializer : graph->initializer()) initializers[initializer.name()] = &initializer;
   if (options.trainable.empty()) {
     for (const auto& initializer : graph->initializer()) {
-      if (IsFloatType(initializer.data_type()) && frozen.count(initializer.name()) == 0) {
+      if (IsFloatingPointType(initializer.data_type()) && frozen.count(initializer.name()) == 0) {
         result.trainable.push_back(initializer.name());
       }
     }
   } else {
     for (const std::string& name : options.trainable) {
       auto it = initializers.find(name);
-      if (it == initializers.end() || !IsFloatType(it->second->data_type())) {
+      if (it == initializers.end() || !IsFloatingPointType(it->second->data_type())) {
         return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a floating-point initializer"));
       }
       if (frozen.count(name) > 0) return absl::InvalidArgumentError(absl::StrCat("'", name, "' is frozen"));
