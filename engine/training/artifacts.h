@@ -1,0 +1,138 @@
+// GenerateArtifacts: a forward-only ONNX model becomes the four training artifacts of ONNX Runtime's
+// `generate_artifacts` (training model, eval model, optimizer model, checkpoint) plus a gradient-coverage report.
+//
+// ---------------------------------------------------------------------------------------------------------
+// The artifact contract (what Module and Optimizer in engine/training/module.h rely on). Names follow ONNX
+// Runtime's conventions where it has one.
+//
+// Parameters: every floating-point initializer of the forward model is a checkpoint parameter, in the forward
+// model's initializer order; requires_grad is true for the trainable ones (see ArtifactOptions). Integer
+// initializers (shapes, indices) stay initializers of the models. BatchNormalization running statistics are
+// frozen parameters.
+//
+// Training model
+//   inputs:  the forward model's own inputs (in its order), then the loss targets (in loss-term order), then
+//            every parameter (checkpoint order), then for every trainable parameter p (checkpoint order)
+//            GradientAccumulationBufferName(p), then kLazyResetGradName (bool, shape []).
+//   outputs: kLossName (scalar), then `additional_output_names`, then for every trainable p
+//            GradientAccumulationOutputName(p) = (lazy_reset_grad ? 0 : buffer) + d(loss)/d(p),
+//            then for every BatchNormalization running statistic s, RunningStatisticOutputName(s): the value
+//            PyTorch's train-mode forward would leave in the buffer (momentum update), which Module writes
+//            back into the parameter after a successful step.
+//   BatchNormalization runs in training mode, Dropout with its ratio.
+// Eval model
+//   inputs:  forward inputs, targets, every parameter (checkpoint order).
+//   outputs: kLossName, then `additional_output_names`.
+//   BatchNormalization uses the running statistics and Dropout is the identity (PyTorch's model.eval()).
+// Optimizer model
+//   inputs:  kLearningRateName (float, []), kStepName (int64, [], the 1-based step being taken), then for every
+//            trainable p: p, GradientName(p), then its state tensors OptimizerStateName(p, s) for each state s
+//            of the optimizer (AdamW: "momentum0", "momentum1"; SGD with momentum: "momentum0").
+//   outputs: UpdatedName(x) for every p and every state tensor x, in input order, then kSkippedName (bool,
+//            []): true when a gradient was not finite, in which case every output equals its input.
+//   One fused traind-domain node (kTraindTrainingDomain) with a registered ONNX schema, so the onnx checker and
+//   strict shape inference pass. Its kernel follows PyTorch 1.13 exactly (see engine/training/optimizer.h),
+//   including the optional global gradient-norm clipping of torch.nn.utils.clip_grad_norm_.
+// Checkpoint: parameters with data (requires_grad set, no grads), optimizer state absent until the first
+//   step; properties empty.
+// ---------------------------------------------------------------------------------------------------------
+#ifndef TRAIND_ENGINE_TRAINING_ARTIFACTS_H_
+#define TRAIND_ENGINE_TRAINING_ARTIFACTS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/training/checkpoint.h"
+#include "engine/training/training_graph.h"
+#include "onnx/onnx_pb.h"
+
+namespace traind::engine {
+
+// The domain of traind's fused training ops (optimizers, gradient accumulation).
+inline constexpr const char* kTraindTrainingDomain = "ai.traind.training";
+
+inline constexpr const char* kLossName = "loss";
+inline constexpr const char* kLazyResetGradName = "lazy_reset_grad";
+inline constexpr const char* kLearningRateName = "learning_rate";
+inline constexpr const char* kStepName = "step";
+inline constexpr const char* kSkippedName = "skipped";
+
+std::string GradientAccumulationBufferName(const std::string& parameter);  // "<p>_grad.accumulation.buffer"
+std::string GradientAccumulationOutputName(const std::string& parameter);  // "<p>_grad.accumulation.out"
+std::string RunningStatisticOutputName(const std::string& statistic);      // "<s>.running_update"
+std::string OptimizerStateName(const std::string& parameter, const std::string& state);  // "<p>.<state>"
+std::string UpdatedName(const std::string& value);                                        // "<value>.updated"
+
+enum class OptimizerKind { kAdamW, kSgd };
+
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::kAdamW;
+  // AdamW (ONNX Runtime's defaults: torch.optim.AdamW's betas/eps, weight_decay 1e-2, bias correction on).
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 1e-2f;  // SGD: set explicitly (its default is 0).
+  bool bias_correction = true;
+  // SGD.
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  bool nesterov = false;
+  // Global gradient-norm clipping (torch.nn.utils.clip_grad_norm_, L2 norm over every gradient); 0: off.
+  float max_grad_norm = 0.0f;
+};
+
+struct ArtifactOptions {
+  // Initializers to train; empty: every floating-point initializer neither frozen nor a BatchNormalization
+  // running statistic. (Same meaning as TrainingGraphOptions.)
+  std::vector<std::string> requires_grad;
+  std::vector<std::string> frozen_params;
+  std::vector<LossTerm> loss;  // summed
+  OptimizerSpec optimizer;
+  // Forward-model values to expose as extra outputs of the training and eval models (after the loss).
+  std::vector<std::string> additional_output_names;
+  float initial_learning_rate = 1e-3f;  // stored in the checkpoint's optimizer group once created
+};
+
+// One op type of the forward model, for the coverage report.
+struct OpCoverage {
+  std::string domain;
+  std::string op_type;
+  int count = 0;                 // nodes of this type in the forward model
+  bool has_gradient = false;     // a rule exists (or the op is declared not differentiable)
+  bool on_gradient_path = false; // some node of this type lies between a trainable parameter and the loss
+  std::vector<std::string> blocked_parameters;  // trainable parameters whose gradient needs a missing rule
+};
+
+struct GradientCoverageReport {
+  std::vector<OpCoverage> ops;  // sorted by (domain, op_type)
+  bool complete() const;        // no blocked parameter
+  std::string ToText() const;   // human-readable table, one op per line
+};
+
+struct Artifacts {
+  onnx::ModelProto training_model;
+  onnx::ModelProto eval_model;
+  onnx::ModelProto optimizer_model;
+  CheckpointState checkpoint;
+  GradientCoverageReport coverage;
+  std::vector<std::string> trainable;  // checkpoint order
+};
+
+// kUnimplemented with the coverage report's text in the message when a trainable parameter is blocked by an
+// op without a gradient rule; kInvalidArgument for bad options (unknown names, non-float parameters, ...).
+// Every returned model passes the onnx checker and strict shape inference.
+absl::StatusOr<Artifacts> GenerateArtifacts(const onnx::ModelProto& forward, const ArtifactOptions& options);
+
+// The coverage report alone (never fails on missing rules; reports them).
+absl::StatusOr<GradientCoverageReport> AnalyzeGradientCoverage(const onnx::ModelProto& forward,
+                                                               const ArtifactOptions& options);
+
+// Writes <dir>/<prefix>training_model.onnx, eval_model.onnx, optimizer_model.onnx and checkpoint, each
+// atomically.
+absl::Status WriteArtifacts(const Artifacts& artifacts, const std::string& directory, const std::string& prefix);
+
+}  // namespace traind::engine
+
+#endif  // TRAIND_ENGINE_TRAINING_ARTIFACTS_H_
