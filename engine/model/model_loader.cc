@@ -13,6 +13,7 @@
 #include "engine/core/shape.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/external_data.h"
+#include "engine/model/traind_schemas.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "onnx/checker.h"
 #include "onnx/defs/schema.h"
@@ -44,8 +45,9 @@ absl::Status CheckOpsets(const onnx::ModelProto& model, const LoadOptions& optio
       }
       continue;
     }
-    bool accepted = opset.domain() == kOnnxPreviewTrainingDomain &&
-                    opset.version() == kOnnxPreviewTrainingVersion;
+    bool accepted = (opset.domain() == kOnnxPreviewTrainingDomain &&
+                     opset.version() == kOnnxPreviewTrainingVersion) ||
+                    (opset.domain() == kTraindTrainingDomain && opset.version() == kTraindTrainingVersion);
     for (const CustomDomain& custom : options.custom_domains) {
       if (custom.domain == opset.domain() && opset.version() >= custom.min_version &&
           opset.version() <= custom.max_version) {
@@ -207,6 +209,7 @@ bool CheckTypesStrictly(const onnx::ModelProto& model) {
 
 // Runs onnx's checker and strict shape inference; onnx reports errors by throwing.
 absl::Status RunOnnxChecker(onnx::ModelProto& model) {
+  RegisterTraindSchemas();
   try {
     onnx::checker::check_model(model);
   } catch (const std::exception& e) {

@@ -44,14 +44,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/model/traind_schemas.h"  // kTraindTrainingDomain
 #include "engine/training/checkpoint.h"
 #include "engine/training/training_graph.h"
 #include "onnx/onnx_pb.h"
 
 namespace traind::engine {
-
-// The domain of traind's fused training ops (optimizers, gradient accumulation).
-inline constexpr const char* kTraindTrainingDomain = "ai.traind.training";
 
 inline constexpr const char* kLossName = "loss";
 inline constexpr const char* kLazyResetGradName = "lazy_reset_grad";
