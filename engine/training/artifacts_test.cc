@@ -651,5 +651,133 @@ INSTANTIATE_TEST_SUITE_P(Onnx, OnnxOptimizerTestData,
                          ::testing::Values("test_adam", "test_adam_multiple", "test_momentum",
                                            "test_momentum_multiple", "test_nesterov_momentum"));
 
+// ---- Eval mode and BatchNormalization running statistics (golden case bn_dropout_eval) ----
+
+// The eval model is PyTorch's model.eval(): BatchNormalization with the running statistics, Dropout off.
+TEST(EvalModelTest, MatchesPyTorchEvalMode) {
+  const std::string dir = GoldenDir() + "/bn_dropout_eval";
+  auto forward = LoadModelFromFile(dir + "/model.onnx");
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  ArtifactOptions options;
+  options.loss = {CrossEntropy()};
+  options.additional_output_names = {"logits"};
+  auto artifacts = GenerateArtifacts(*forward, options);
+  ASSERT_TRUE(artifacts.ok()) << artifacts.status();
+  auto session = Session::Create(artifacts->eval_model);
+  ASSERT_TRUE(session.ok()) << session.status();
+  const auto feeds = Feeds(artifacts->eval_model, ReadBatch(dir), artifacts->checkpoint, {}, false);
+  for (int run = 0; run < 2; ++run) {  // Deterministic: no dropout mask is drawn.
+    auto outputs = session.value()->Run(feeds);
+    ASSERT_TRUE(outputs.ok()) << outputs.status();
+    std::map<std::string, Tensor> results = ByName(*outputs);
+    auto expected_loss = ReadNpy(dir + "/ref/eval/loss.npy");
+    auto expected_logits = ReadNpy(dir + "/ref/eval/outputs/logits.npy");
+    ASSERT_TRUE(expected_loss.ok() && expected_logits.ok());
+    EXPECT_NEAR(results.at(kLossName).data<float>()[0], expected_loss->data<double>()[0],
+                1e-5 * std::fabs(expected_loss->data<double>()[0]));
+    EXPECT_LT(RelativeError(results.at("logits"), *expected_logits), 1e-5);
+  }
+  // No training-mode node is left: BatchNormalization has one output and Dropout no training_mode input.
+  for (const auto& node : artifacts->eval_model.graph().node()) {
+    if (node.op_type() == "BatchNormalization") {
+      EXPECT_EQ(node.output_size(), 1);
+    }
+    if (node.op_type() == "Dropout") {
+      EXPECT_LE(node.input_size(), 2);
+    }
+  }
+}
+
+// The training model's running-statistic outputs are PyTorch's buffers after one train-mode forward (momentum
+// 0.1, unbiased batch variance), not ONNX's biased-variance blend.
+TEST(TrainingModelTest, RunningStatisticsMatchPyTorchBuffers) {
+  const std::string dir = GoldenDir() + "/bn_dropout_eval";
+  auto forward = LoadModelFromFile(dir + "/model.onnx");
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  ArtifactOptions options;
+  options.loss = {CrossEntropy()};
+  auto artifacts = GenerateArtifacts(*forward, options);
+  ASSERT_TRUE(artifacts.ok()) << artifacts.status();
+  auto session = Session::Create(artifacts->training_model);
+  ASSERT_TRUE(session.ok()) << session.status();
+  std::map<std::string, Tensor> buffers;
+  for (const Parameter& parameter : artifacts->checkpoint.parameters) {
+    if (parameter.requires_grad) buffers[GradientAccumulationBufferName(parameter.name)] = ZerosLike(parameter.data);
+  }
+  auto outputs =
+      session.value()->Run(Feeds(artifacts->training_model, ReadBatch(dir), artifacts->checkpoint, buffers, true));
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  std::map<std::string, Tensor> results = ByName(*outputs);
+  for (const char* statistic : {"bn.running_mean", "bn.running_var"}) {
+    auto expected = ReadNpy(dir + "/ref/running/" + std::string(statistic) + ".npy");
+    ASSERT_TRUE(expected.ok()) << statistic;
+    ASSERT_TRUE(results.count(RunningStatisticOutputName(statistic))) << statistic;
+    EXPECT_LT(RelativeError(results.at(RunningStatisticOutputName(statistic)), *expected), 1e-5) << statistic;
+  }
+}
+
+// ---- Gradient coverage ----
+
+// y = Sin(x * w1) * w2 + b: the engine has no Sin kernel, hence no gradient rule, and Sin blocks w1 only.
+onnx::ModelProto SinModel() {
+  onnx::ModelProto model = ElementwiseModel({"w1"}, {{4}});
+  onnx::GraphProto* graph = model.mutable_graph();
+  graph->mutable_output(0)->set_name("y");
+  for (const char* name : {"w2", "b"}) {
+    Tensor value = *Tensor::Allocate(DataType::kFloat32, {4});
+    std::fill_n(value.mutable_data<float>(), 4, 0.25f);
+    *graph->add_initializer() = TensorToProto(value, name);
+  }
+  auto add = [graph](const char* op, std::vector<std::string> inputs, const std::string& output) {
+    onnx::NodeProto* node = graph->add_node();
+    node->set_op_type(op);
+    node->set_name(output);
+    for (const auto& input : inputs) node->add_input(input);
+    node->add_output(output);
+  };
+  add("Sin", {"out0"}, "s");
+  add("Mul", {"s", "w2"}, "scaled");
+  add("Add", {"scaled", "b"}, "y");
+  return model;
+}
+
+TEST(GradientCoverageTest, ReportsTheOpWithoutARuleAndTheParametersItBlocks) {
+  auto forward = LoadModelFromBytes(SinModel().SerializeAsString());
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  ArtifactOptions options;
+  options.loss = {{LossKind::kMeanSquaredError, "y", "target", 1.0f}};
+  auto report = AnalyzeGradientCoverage(*forward, options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_FALSE(report->complete());
+  std::map<std::string, OpCoverage> ops;
+  for (const OpCoverage& op : report->ops) ops[op.op_type] = op;
+  ASSERT_EQ(ops.size(), 3u) << report->ToText();
+  EXPECT_FALSE(ops["Sin"].has_gradient);
+  EXPECT_TRUE(ops["Sin"].on_gradient_path);
+  EXPECT_EQ(ops["Sin"].blocked_parameters, std::vector<std::string>{"w1"});
+  EXPECT_EQ(ops["Mul"].count, 2);
+  EXPECT_TRUE(ops["Mul"].has_gradient);
+  EXPECT_TRUE(ops["Mul"].blocked_parameters.empty());
+  EXPECT_TRUE(ops["Add"].has_gradient);
+
+  auto artifacts = GenerateArtifacts(*forward, options);
+  EXPECT_EQ(artifacts.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(artifacts.status().message().find(report->ToText()), std::string::npos) << artifacts.status();
+
+  // Training only what lies after Sin needs no rule for it.
+  options.requires_grad = {"w2", "b"};
+  report = AnalyzeGradientCoverage(*forward, options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->complete()) << report->ToText();
+  for (const OpCoverage& op : report->ops) {
+    if (op.op_type == "Sin") {
+      EXPECT_FALSE(op.on_gradient_path);
+    }
+  }
+  artifacts = GenerateArtifacts(*forward, options);
+  ASSERT_TRUE(artifacts.ok()) << artifacts.status();
+  EXPECT_EQ(artifacts->trainable, (std::vector<std::string>{"w2", "b"}));
+}
+
 }  // namespace
 }  // namespace traind::engine
