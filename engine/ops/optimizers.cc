@@ -42,6 +42,21 @@
 // Therefore traind's AdamW (issue 4, to match torch within 1e-4) must not be this op: it needs its
 // own fused kernel (or a composed graph) that decays p before the step with a run-time learning
 // rate and adds eps after dividing sqrt(v') by sqrt(bc2).
+//
+// ---- traind's AdamW and SGD (domain ai.traind.training, schemas in engine/model/traind_schemas.cc) ----
+// The single node of GenerateArtifacts' optimizer model. Inputs learning_rate, step (1-based), then per
+// parameter (p, gradient, states); outputs skipped, then per parameter (p', states'). The arithmetic is
+// engine/training/optimizer.h's AdamWUpdate / SgdUpdate, the same code AdamWStep / SgdStep run. Before
+// updating, one pass over every gradient computes the global L2 norm (float64 accumulation, fixed chunks:
+// deterministic); a non-finite norm means a non-finite gradient, and then every output is its input and
+// skipped is true. With max_grad_norm > 0 the gradients are scaled by min(1, max_norm / (norm + 1e-6))
+// (torch.nn.utils.clip_grad_norm_).
+//
+// Where SGD and ONNX's Momentum coincide: Momentum(alpha = momentum, beta = 1 - dampening,
+// norm_coefficient = weight_decay, mode standard / nesterov) with T = step - 1 and V = 0 before the first
+// step computes torch.optim.SGD exactly: at T = 0 ONNX uses beta = 1, so V' = G_reg, which is torch's
+// first-step buffer; afterwards V' = alpha V + beta G_reg is torch's buf update. (SGD without momentum is
+// Momentum with alpha = 0, beta = 1.) optimizers_test.cc checks this step by step.
 #include <array>
 #include <cmath>
 
@@ -50,6 +65,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/runtime/kernel.h"
+#include "engine/training/optimizer.h"
 
 namespace traind::engine {
 namespace {
@@ -327,6 +343,185 @@ class AdagradKernel final : public Kernel {
   float decay_factor_, epsilon_, norm_coefficient_;
 };
 
+
+// ---- AdamW / SGD (ai.traind.training) ----
+
+// Gradients are summed in chunks of this many elements (fixed, so the norm does not depend on the thread
+// count).
+constexpr int64_t kNormChunk = 1 << 14;
+
+class FusedOptimizerKernel : public Kernel {
+ public:
+  FusedOptimizerKernel(int parameters, int states, float max_grad_norm)
+      : parameters_(parameters), states_(states), max_grad_norm_(max_grad_norm) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* lr, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* step, context.RequiredInput(1));
+    if (lr->dtype() != DataType::kFloat32 || lr->num_elements() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(name(), ": learning_rate must be a float scalar"));
+    }
+    if (step->dtype() != DataType::kInt64 || step->num_elements() != 1 || *step->data<int64_t>() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name(), ": step must be an int64 scalar >= 1 (the 1-based step being taken)"));
+    }
+    const int group = 2 + states_;
+    std::vector<std::vector<const Tensor*>> tensors(parameters_);
+    for (int p = 0; p < parameters_; ++p) {
+      for (int k = 0; k < group; ++k) {
+        TRAIND_ASSIGN_OR_RETURN(const Tensor* tensor, context.RequiredInput(2 + p * group + k));
+        if (tensor->dtype() != DataType::kFloat32) {
+          return absl::UnimplementedError(absl::StrCat(name(), ": input ", 2 + p * group + k, " is ",
+                                                       DataTypeName(tensor->dtype()), "; only float32 is supported"));
+        }
+        if (k > 0 && tensor->shape() != tensors[p][0]->shape()) {
+          return absl::InvalidArgumentError(absl::StrCat(name(), ": input ", 2 + p * group + k, " has shape ",
+                                                         ShapeToString(tensor->shape()), " but its parameter has ",
+                                                         ShapeToString(tensors[p][0]->shape())));
+        }
+        tensors[p].push_back(tensor);
+      }
+    }
+    const double sum_of_squares = SumOfSquares(context, tensors);
+    TRAIND_ASSIGN_OR_RETURN(Tensor * skipped, context.AllocateOutput(0, DataType::kBool, Shape{}));
+    // Every float32 square is below 2^256, so the float64 sum overflows for no realistic count: the sum is not
+    // finite exactly when some gradient element is not.
+    if (!std::isfinite(sum_of_squares)) {
+      *skipped->mutable_data<uint8_t>() = 1;
+      for (int p = 0; p < parameters_; ++p) {
+        context.SetOutput(1 + p * (1 + states_), *tensors[p][0]);
+        for (int s = 0; s < states_; ++s) context.SetOutput(1 + p * (1 + states_) + 1 + s, *tensors[p][2 + s]);
+      }
+      return absl::OkStatus();
+    }
+    *skipped->mutable_data<uint8_t>() = 0;
+    float gradient_scale = 1.0f;
+    if (max_grad_norm_ > 0.0f) {
+      // torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6), clamped to at most 1.
+      const float total_norm = static_cast<float>(std::sqrt(sum_of_squares));
+      const float clip = max_grad_norm_ / (total_norm + 1e-6f);
+      gradient_scale = std::min(clip, 1.0f);
+    }
+    const float learning_rate = *lr->data<float>();
+    const int64_t step_number = *step->data<int64_t>();
+    for (int p = 0; p < parameters_; ++p) {
+      std::vector<float*> out;
+      for (int k = 0; k < 1 + states_; ++k) {
+        TRAIND_ASSIGN_OR_RETURN(Tensor * tensor, context.AllocateOutput(1 + p * (1 + states_) + k, DataType::kFloat32,
+                                                                        tensors[p][0]->shape()));
+        out.push_back(tensor->mutable_data<float>());
+      }
+      std::vector<const float*> in;
+      for (const Tensor* tensor : tensors[p]) in.push_back(tensor->data<float>());
+      Update(context, learning_rate, step_number, gradient_scale, in, out, tensors[p][0]->num_elements());
+    }
+    return absl::OkStatus();
+  }
+
+ protected:
+  virtual const char* name() const = 0;
+  // in: p, gradient, states; out: p', states'.
+  virtual void Update(KernelContext& context, float learning_rate, int64_t step, float gradient_scale,
+                      const std::vector<const float*>& in, const std::vector<float*>& out, int64_t n) const = 0;
+
+ private:
+  double SumOfSquares(KernelContext& context, const std::vector<std::vector<const Tensor*>>& tensors) const {
+    double total = 0;
+    for (const auto& parameter : tensors) {
+      const float* g = parameter[1]->data<float>();
+      const int64_t n = parameter[1]->num_elements();
+      const int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
+      std::vector<double> partial(chunks, 0.0);
+      context.threads().ParallelFor(chunks, std::max<int64_t>(1, kOptimizerGrain / kNormChunk),
+                                    [&](int64_t begin, int64_t end) {
+                                      for (int64_t c = begin; c < end; ++c) {
+                                        double sum = 0;
+                                        for (int64_t i = c * kNormChunk; i < std::min(n, (c + 1) * kNormChunk); ++i) {
+                                          sum += static_cast<double>(g[i]) * g[i];
+                                        }
+                                        partial[c] = sum;
+                                      }
+                                    });
+      for (double sum : partial) total += sum;
+    }
+    return total;
+  }
+
+  int parameters_;
+  int states_;
+  float max_grad_norm_;
+};
+
+class AdamWKernel final : public FusedOptimizerKernel {
+ public:
+  AdamWKernel(int parameters, float max_grad_norm, AdamWOptions options)
+      : FusedOptimizerKernel(parameters, 2, max_grad_norm), options_(options) {}
+
+ protected:
+  const char* name() const override { return "AdamW"; }
+  void Update(KernelContext& context, float learning_rate, int64_t step, float gradient_scale,
+              const std::vector<const float*>& in, const std::vector<float*>& out, int64_t n) const override {
+    AdamWOptions options = options_;
+    options.lr = learning_rate;
+    const AdamWStepScalars scalars = MakeAdamWStepScalars(options, step);
+    context.threads().ParallelFor(n, kOptimizerGrain, [&](int64_t begin, int64_t end) {
+      AdamWUpdate(scalars, gradient_scale, in[0], in[1], in[2], in[3], out[0], out[1], out[2], begin, end);
+    });
+  }
+
+ private:
+  AdamWOptions options_;
+};
+
+class SgdKernel final : public FusedOptimizerKernel {
+ public:
+  SgdKernel(int parameters, float max_grad_norm, SgdOptions options)
+      : FusedOptimizerKernel(parameters, options.momentum != 0.0f ? 1 : 0, max_grad_norm), options_(options) {}
+
+ protected:
+  const char* name() const override { return "SGD"; }
+  void Update(KernelContext& context, float learning_rate, int64_t step, float gradient_scale,
+              const std::vector<const float*>& in, const std::vector<float*>& out, int64_t n) const override {
+    SgdOptions options = options_;
+    options.lr = learning_rate;
+    const bool momentum = options.momentum != 0.0f;
+    context.threads().ParallelFor(n, kOptimizerGrain, [&](int64_t begin, int64_t end) {
+      SgdUpdate(options, step == 1, gradient_scale, in[0], in[1], momentum ? in[2] : nullptr, out[0],
+                momentum ? out[1] : nullptr, begin, end);
+    });
+  }
+
+ private:
+  SgdOptions options_;
+};
+
+// The parameter count of a fused optimizer node with `states` state tensors per parameter.
+absl::StatusOr<int> CountFusedParameters(const KernelInit& init, int states) {
+  const int group = 2 + states;
+  const int variadic = init.num_inputs() - 2;
+  if (variadic <= 0 || variadic % group != 0) {
+    return init.Error(absl::StrCat("expects inputs learning_rate, step, then ", group,
+                                   " tensors per parameter; got ", init.num_inputs(), " inputs"));
+  }
+  const int n = variadic / group;
+  if (init.num_outputs() != 1 + n * (1 + states)) {
+    return init.Error(absl::StrCat("updates ", n, " parameters, so it needs ", 1 + n * (1 + states),
+                                   " outputs (skipped first); got ", init.num_outputs()));
+  }
+  for (int i = 0; i < init.num_inputs(); ++i) {
+    if (!init.has_input(i)) return init.Error(absl::StrCat("input ", i, " must not be omitted"));
+  }
+  return n;
+}
+
+absl::StatusOr<float> NonNegativeAttribute(const KernelInit& init, const char* name, float fallback) {
+  TRAIND_ASSIGN_OR_RETURN(float value, init.GetFloat(name, fallback));
+  if (!(value >= 0.0f) || !std::isfinite(value)) {
+    return init.Error(absl::StrCat("attribute '", name, "' must be finite and >= 0"));
+  }
+  return value;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateAdamKernel(const KernelInit& init) {
@@ -359,6 +554,37 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateAdagradKernel(const KernelInit& in
   TRAIND_ASSIGN_OR_RETURN(float epsilon, init.GetFloat("epsilon", 1e-6f));
   TRAIND_ASSIGN_OR_RETURN(float norm_coefficient, init.GetFloat("norm_coefficient", 0.0f));
   return std::unique_ptr<Kernel>(new AdagradKernel(n, decay_factor, epsilon, norm_coefficient));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateAdamWKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(int n, CountFusedParameters(init, 2));
+  AdamWOptions options;  // Defaults as in the schema (torch.optim.AdamW's, weight decay 0).
+  TRAIND_ASSIGN_OR_RETURN(options.beta1, init.GetFloat("beta1", 0.9f));
+  TRAIND_ASSIGN_OR_RETURN(options.beta2, init.GetFloat("beta2", 0.999f));
+  TRAIND_ASSIGN_OR_RETURN(options.eps, NonNegativeAttribute(init, "epsilon", 1e-8f));
+  TRAIND_ASSIGN_OR_RETURN(options.weight_decay, NonNegativeAttribute(init, "weight_decay", 0.0f));
+  TRAIND_ASSIGN_OR_RETURN(int64_t bias_correction, init.GetInt("bias_correction", 1));
+  options.bias_correction = bias_correction != 0;
+  if (!(options.beta1 >= 0.0f && options.beta1 < 1.0f && options.beta2 >= 0.0f && options.beta2 < 1.0f)) {
+    return init.Error("beta1 and beta2 must lie in [0, 1)");
+  }
+  TRAIND_ASSIGN_OR_RETURN(float max_grad_norm, NonNegativeAttribute(init, "max_grad_norm", 0.0f));
+  return std::unique_ptr<Kernel>(new AdamWKernel(n, max_grad_norm, options));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateSgdKernel(const KernelInit& init) {
+  SgdOptions options;
+  TRAIND_ASSIGN_OR_RETURN(options.momentum, NonNegativeAttribute(init, "momentum", 0.0f));
+  TRAIND_ASSIGN_OR_RETURN(options.dampening, init.GetFloat("dampening", 0.0f));
+  TRAIND_ASSIGN_OR_RETURN(int64_t nesterov, init.GetInt("nesterov", 0));
+  options.nesterov = nesterov != 0;
+  TRAIND_ASSIGN_OR_RETURN(options.weight_decay, NonNegativeAttribute(init, "weight_decay", 0.0f));
+  if (options.nesterov && (options.momentum <= 0.0f || options.dampening != 0.0f)) {
+    return init.Error("Nesterov momentum requires momentum > 0 and zero dampening");
+  }
+  TRAIND_ASSIGN_OR_RETURN(int n, CountFusedParameters(init, options.momentum != 0.0f ? 1 : 0));
+  TRAIND_ASSIGN_OR_RETURN(float max_grad_norm, NonNegativeAttribute(init, "max_grad_norm", 0.0f));
+  return std::unique_ptr<Kernel>(new SgdKernel(n, max_grad_norm, options));
 }
 
 }  // namespace traind::engine

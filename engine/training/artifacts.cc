@@ -550,24 +550,141 @@ absl::StatusOr<onnx::ModelProto> BuildEvalModel(const onnx::ModelProto& forward,
   return std::move(training.model);
 }
 
-absl::StatusOr<onnx::ModelProto> BuildOptimizerModel(const onnx::ModelProto& forward, const OptimizerSpec& spec,
-                                                     const Parameters& parameters, const TypeMap& types) {
+onnx::ModelProto EmptyOptimizerModel(const onnx::ModelProto& forward) {
   onnx::ModelProto model;
   model.set_ir_version(std::max<int64_t>(forward.ir_version(), 7));
   model.set_producer_name("traind GenerateArtifacts");
   auto* onnx_opset = model.add_opset_import();
   onnx_opset->set_domain("");
   onnx_opset->set_version(std::max(OnnxOpset(forward), 14));
+  model.mutable_graph()->set_name("optimizer");
+  return model;
+}
+
+std::vector<std::string> OptimizerStates(const OptimizerSpec& spec) {
+  if (spec.kind == OptimizerKind::kAdamW) return {"momentum0", "momentum1"};
+  if (spec.momentum != 0.0f) return {"momentum0"};
+  return {};
+}
+
+absl::Status CheckFloat32(const std::vector<std::string>& trainable, const TypeMap& types) {
+  for (const std::string& parameter : trainable) {
+    if (types.at(parameter).tensor_type().elem_type() != onnx::TensorProto::FLOAT) {
+      return absl::UnimplementedError(
+          absl::StrCat("the optimizers update float32 parameters only; '", parameter, "' is not float32"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The optimizer model with ONNX's own Adam / Momentum node (OptimizerSpec::onnx_standard_op). The global gradient
+// norm, the clipping and the non-finite skip are standard ops: skipped = !(total - total == 0) with total the sum
+// of squares (inf - inf and NaN - NaN are NaN), and every output is Where(skipped, old, new).
+absl::StatusOr<onnx::ModelProto> BuildOnnxOptimizerModel(const onnx::ModelProto& forward, const OptimizerSpec& spec,
+                                                         const Parameters& parameters, const TypeMap& types) {
+  const bool adam = spec.kind == OptimizerKind::kAdamW;
+  if (!adam && spec.momentum <= 0.0f) {
+    return absl::InvalidArgumentError("ONNX's Momentum op needs momentum > 0");
+  }
+  if (adam && !spec.bias_correction) {
+    return absl::InvalidArgumentError("ONNX's Adam op always bias-corrects (for steps > 0)");
+  }
+  onnx::ModelProto model = EmptyOptimizerModel(forward);
+  auto* training_opset = model.add_opset_import();
+  training_opset->set_domain(kOnnxPreviewTrainingDomain);
+  training_opset->set_version(kOnnxPreviewTrainingVersion);
+  onnx::GraphProto* graph = model.mutable_graph();
+  GraphEditor editor(graph, "optimizer/");
+  const std::vector<std::string> states = OptimizerStates(spec);
+  *graph->add_input() = MakeValueInfo(kLearningRateName, ScalarType(onnx::TensorProto::FLOAT));
+  *graph->add_input() = MakeValueInfo(kStepName, ScalarType(onnx::TensorProto::INT64));
+  std::vector<std::string> squares;
+  for (const std::string& parameter : parameters.trainable) {
+    const onnx::TypeProto& type = types.at(parameter);
+    *graph->add_input() = MakeValueInfo(parameter, type);
+    *graph->add_input() = MakeValueInfo(GradientName(parameter), type);
+    for (const std::string& state : states) *graph->add_input() = MakeValueInfo(OptimizerStateName(parameter, state), type);
+    squares.push_back(editor.Temp(GradientName(parameter) + "/sum_of_squares"));
+    SetIntAttribute(editor.Node("ReduceSumSquare", {GradientName(parameter)}, {squares.back()}), "keepdims", 0);
+  }
+  const std::string total = editor.Temp("sum_of_squares");
+  editor.Node("Sum", squares, {total});
+  editor.Node("Sub", {total, total}, {editor.Temp("zero_if_finite")});
+  editor.Node("Equal", {editor.Temp("zero_if_finite"), editor.Scalar("zero", onnx::TensorProto::FLOAT, 0.0)},
+              {editor.Temp("finite")});
+  editor.Node("Not", {editor.Temp("finite")}, {kSkippedName});
+  std::string gradient_scale;
+  if (spec.max_grad_norm > 0.0f) {  // torch.nn.utils.clip_grad_norm_
+    editor.Node("Sqrt", {total}, {editor.Temp("norm")});
+    editor.Node("Add", {editor.Temp("norm"), editor.Scalar("norm_eps", onnx::TensorProto::FLOAT, 1e-6)},
+                {editor.Temp("norm_plus_eps")});
+    editor.Node("Div", {editor.Scalar("max_norm", onnx::TensorProto::FLOAT, spec.max_grad_norm),
+                        editor.Temp("norm_plus_eps")},
+                {editor.Temp("clip")});
+    gradient_scale = editor.Temp("clip_clamped");
+    editor.Node("Min", {editor.Temp("clip"), editor.Scalar("one", onnx::TensorProto::FLOAT, 1.0)}, {gradient_scale});
+  }
+  std::string update_count = kStepName;
+  if (!adam) {
+    update_count = editor.Temp("update_count");
+    editor.Node("Sub", {kStepName, editor.Scalar("one_step", onnx::TensorProto::INT64, 1)}, {update_count});
+  }
+  // ONNX's layout: R, T, X..., G..., then each state's tensors...; outputs X_new..., then each state's.
+  std::vector<std::string> inputs = {kLearningRateName, update_count};
+  std::vector<std::vector<std::string>> groups(2 + states.size());
+  for (const std::string& parameter : parameters.trainable) {
+    groups[0].push_back(parameter);
+    std::string gradient = GradientName(parameter);
+    if (!gradient_scale.empty()) {
+      const std::string clipped = editor.Temp(gradient + "/clipped");
+      editor.Node("Mul", {gradient, gradient_scale}, {clipped});
+      gradient = clipped;
+    }
+    groups[1].push_back(gradient);
+    for (size_t s = 0; s < states.size(); ++s) groups[2 + s].push_back(OptimizerStateName(parameter, states[s]));
+  }
+  for (const auto& group : groups) inputs.insert(inputs.end(), group.begin(), group.end());
+  std::vector<std::string> old_values = groups[0];
+  for (size_t s = 0; s < states.size(); ++s) old_values.insert(old_values.end(), groups[2 + s].begin(), groups[2 + s].end());
+  std::vector<std::string> new_values;
+  for (const std::string& value : old_values) new_values.push_back(editor.Temp(value + "/new"));
+  onnx::NodeProto* node = editor.Node(adam ? "Adam" : "Momentum", inputs, new_values, kOnnxPreviewTrainingDomain);
+  if (adam) {
+    SetFloatAttribute(node, "alpha", spec.beta1);
+    SetFloatAttribute(node, "beta", spec.beta2);
+    SetFloatAttribute(node, "epsilon", spec.eps);
+    SetFloatAttribute(node, "norm_coefficient", spec.weight_decay);
+    SetFloatAttribute(node, "norm_coefficient_post", spec.onnx_norm_coefficient_post);
+  } else {
+    SetFloatAttribute(node, "alpha", spec.momentum);
+    SetFloatAttribute(node, "beta", 1.0f - spec.dampening);
+    SetFloatAttribute(node, "norm_coefficient", spec.weight_decay);
+    auto* mode = node->add_attribute();
+    mode->set_name("mode");
+    mode->set_type(onnx::AttributeProto::STRING);
+    mode->set_s(spec.nesterov ? "nesterov" : "standard");
+  }
+  for (size_t v = 0; v < old_values.size(); ++v) {
+    editor.Node("Where", {kSkippedName, old_values[v], new_values[v]}, {UpdatedName(old_values[v])});
+  }
+  // Outputs in the contract's order: per parameter, p then its states; skipped last.
+  for (const std::string& parameter : parameters.trainable) {
+    *graph->add_output() = MakeValueInfo(UpdatedName(parameter), types.at(parameter));
+    for (const std::string& state : states) {
+      *graph->add_output() = MakeValueInfo(UpdatedName(OptimizerStateName(parameter, state)), types.at(parameter));
+    }
+  }
+  *graph->add_output() = MakeValueInfo(kSkippedName, ScalarType(onnx::TensorProto::BOOL));
+  return model;
+}
+
+absl::StatusOr<onnx::ModelProto> BuildFusedOptimizerModel(const onnx::ModelProto& forward, const OptimizerSpec& spec,
+                                                          const Parameters& parameters, const TypeMap& types) {
+  onnx::ModelProto model;
+  model = EmptyOptimizerModel(forward);
   ImportTraindDomain(&model);
   onnx::GraphProto* graph = model.mutable_graph();
-  graph->set_name("optimizer");
-
-  std::vector<std::string> states;
-  if (spec.kind == OptimizerKind::kAdamW) {
-    states = {"momentum0", "momentum1"};
-  } else if (spec.momentum != 0.0f) {
-    states = {"momentum0"};
-  }
+  const std::vector<std::string> states = OptimizerStates(spec);
   *graph->add_input() = MakeValueInfo(kLearningRateName, ScalarType(onnx::TensorProto::FLOAT));
   *graph->add_input() = MakeValueInfo(kStepName, ScalarType(onnx::TensorProto::INT64));
   GraphEditor editor(graph, "");
@@ -577,10 +694,6 @@ absl::StatusOr<onnx::ModelProto> BuildOptimizerModel(const onnx::ModelProto& for
   node->set_name("optimizer");
   for (const std::string& parameter : parameters.trainable) {
     const onnx::TypeProto& type = types.at(parameter);
-    if (type.tensor_type().elem_type() != onnx::TensorProto::FLOAT) {
-      return absl::UnimplementedError(
-          absl::StrCat("the optimizers update float32 parameters only; '", parameter, "' is not float32"));
-    }
     std::vector<std::string> inputs = {parameter, GradientName(parameter)};
     std::vector<std::string> updated = {parameter};
     for (const std::string& state : states) {
@@ -610,6 +723,13 @@ absl::StatusOr<onnx::ModelProto> BuildOptimizerModel(const onnx::ModelProto& for
     SetIntAttribute(node, "nesterov", spec.nesterov ? 1 : 0);
   }
   return model;
+}
+
+absl::StatusOr<onnx::ModelProto> BuildOptimizerModel(const onnx::ModelProto& forward, const OptimizerSpec& spec,
+                                                     const Parameters& parameters, const TypeMap& types) {
+  TRAIND_RETURN_IF_ERROR(CheckFloat32(parameters.trainable, types));
+  if (spec.onnx_standard_op) return BuildOnnxOptimizerModel(forward, spec, parameters, types);
+  return BuildFusedOptimizerModel(forward, spec, parameters, types);
 }
 
 absl::StatusOr<CheckpointState> BuildCheckpoint(const Parameters& parameters) {

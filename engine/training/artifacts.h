@@ -79,6 +79,16 @@ struct OptimizerSpec {
   bool nesterov = false;
   // Global gradient-norm clipping (torch.nn.utils.clip_grad_norm_, L2 norm over every gradient); 0: off.
   float max_grad_norm = 0.0f;
+  // Emit ONNX's standard ai.onnx.preview.training op instead of the fused traind op (Adam for kAdamW, Momentum for
+  // kSgd, which needs momentum > 0), for runtimes that know only standard ONNX. Same interface (inputs, outputs,
+  // clipping and the non-finite skip, composed from standard ops around it), but ONNX's arithmetic, which differs
+  // from PyTorch's (see engine/ops/optimizers.cc): Adam gets alpha = beta1, beta = beta2, epsilon = eps,
+  // norm_coefficient = weight_decay (an L2 term added to the gradient, not AdamW's decoupled decay),
+  // norm_coefficient_post = onnx_norm_coefficient_post and T = step (0 turns bias correction off, as ONNX
+  // specifies); Momentum gets alpha = momentum, beta = 1 - dampening, norm_coefficient = weight_decay and
+  // T = step - 1, which makes it torch.optim.SGD exactly.
+  bool onnx_standard_op = false;
+  float onnx_norm_coefficient_post = 0.0f;  // Adam only
 };
 
 struct ArtifactOptions {

@@ -47,15 +47,24 @@ bool AllFinite(const std::vector<ParameterUpdate>& updates) {
   return true;
 }
 
-// torch.optim.AdamW (1.13, foreach=False): p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
-// p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
-absl::Status AdamWStep(const AdamWOptions& options, int64_t step, std::vector<ParameterUpdate>& updates) {
-  if (step < 1) return absl::InvalidArgumentError("AdamW steps count from 1");
+AdamWStepScalars MakeAdamWStepScalars(const AdamWOptions& options, int64_t step) {
   const double bias1 = options.bias_correction ? 1.0 - std::pow(static_cast<double>(options.beta1), step) : 1.0;
   const double bias2 = options.bias_correction ? 1.0 - std::pow(static_cast<double>(options.beta2), step) : 1.0;
-  const float step_size = static_cast<float>(options.lr / bias1);
-  const float bias2_sqrt = static_cast<float>(std::sqrt(bias2));
-  const float decay = 1.0f - options.lr * options.weight_decay;
+  AdamWStepScalars s;
+  s.beta1 = options.beta1;
+  s.one_minus_beta1 = 1.0f - options.beta1;
+  s.beta2 = options.beta2;
+  s.one_minus_beta2 = 1.0f - options.beta2;
+  s.eps = options.eps;
+  s.decay = 1.0f - options.lr * options.weight_decay;
+  s.step_size = static_cast<float>(options.lr / bias1);
+  s.bias2_sqrt = static_cast<float>(std::sqrt(bias2));
+  return s;
+}
+
+absl::Status AdamWStep(const AdamWOptions& options, int64_t step, std::vector<ParameterUpdate>& updates) {
+  if (step < 1) return absl::InvalidArgumentError("AdamW steps count from 1");
+  const AdamWStepScalars scalars = MakeAdamWStepScalars(options, step);
   for (const ParameterUpdate& update : updates) {
     if (absl::Status status = CheckUpdate(update); !status.ok()) return status;
     absl::StatusOr<float*> m = State(update, "momentum0");
@@ -63,15 +72,8 @@ absl::Status AdamWStep(const AdamWOptions& options, int64_t step, std::vector<Pa
     absl::StatusOr<float*> v = State(update, "momentum1");
     if (!v.ok()) return v.status();
     float* p = update.data->mutable_data<float>();
-    const float* g = update.gradient->data<float>();
-    float* m_data = *m;
-    float* v_data = *v;
-    for (int64_t i = 0; i < update.data->num_elements(); ++i) {
-      p[i] *= decay;
-      m_data[i] = options.beta1 * m_data[i] + (1.0f - options.beta1) * g[i];
-      v_data[i] = options.beta2 * v_data[i] + (1.0f - options.beta2) * g[i] * g[i];
-      p[i] -= step_size * m_data[i] / (std::sqrt(v_data[i]) / bias2_sqrt + options.eps);
-    }
+    AdamWUpdate(scalars, 1.0f, p, update.gradient->data<float>(), *m, *v, p, *m, *v, 0,
+                update.data->num_elements());
   }
   return absl::OkStatus();
 }
@@ -84,22 +86,15 @@ absl::Status SgdStep(const SgdOptions& options, int64_t step, std::vector<Parame
   }
   for (const ParameterUpdate& update : updates) {
     if (absl::Status status = CheckUpdate(update); !status.ok()) return status;
-    float* p = update.data->mutable_data<float>();
-    const float* g = update.gradient->data<float>();
     float* buffer = nullptr;
     if (options.momentum != 0.0f) {
       absl::StatusOr<float*> state = State(update, "momentum0");
       if (!state.ok()) return state.status();
       buffer = *state;
     }
-    for (int64_t i = 0; i < update.data->num_elements(); ++i) {
-      float d = g[i] + options.weight_decay * p[i];
-      if (buffer != nullptr) {
-        buffer[i] = step == 1 ? d : options.momentum * buffer[i] + (1.0f - options.dampening) * d;
-        d = options.nesterov ? d + options.momentum * buffer[i] : buffer[i];
-      }
-      p[i] -= options.lr * d;
-    }
+    float* p = update.data->mutable_data<float>();
+    SgdUpdate(options, step == 1, 1.0f, p, update.gradient->data<float>(), buffer, p, buffer, 0,
+              update.data->num_elements());
   }
   return absl::OkStatus();
 }

@@ -4,6 +4,8 @@
 #ifndef TRAIND_ENGINE_TRAINING_OPTIMIZER_H_
 #define TRAIND_ENGINE_TRAINING_OPTIMIZER_H_
 
+#include <cmath>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,6 +31,57 @@ struct SgdOptions {
   bool nesterov = false;
   float weight_decay = 0.0f;
 };
+
+// ---- The element-wise updates, shared by AdamWStep / SgdStep below (in place) and the fused AdamW / SGD ops of
+// the optimizer model (engine/ops/optimizers.cc, out of place): one implementation of PyTorch's arithmetic. They are
+// inline so that each caller's loop is vectorised in its own translation unit. Outputs may alias their inputs. ----
+
+// The scalars of one AdamW step (computed once per step, in double as PyTorch does from Python floats).
+struct AdamWStepScalars {
+  float beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
+  float decay;       // 1 - lr * weight_decay
+  float step_size;   // lr / (1 - beta1^t)
+  float bias2_sqrt;  // sqrt(1 - beta2^t)
+};
+// `step` >= 1 (checked by the callers).
+AdamWStepScalars MakeAdamWStepScalars(const AdamWOptions& options, int64_t step);
+
+// torch.optim.AdamW (1.13, foreach=False) on elements [begin, end), the gradient first multiplied by
+// `gradient_scale` (global-norm clipping; exactly 1 when off):
+//   p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+inline void AdamWUpdate(const AdamWStepScalars& s, float gradient_scale, const float* p, const float* g,
+                        const float* m, const float* v, float* p_out, float* m_out, float* v_out, int64_t begin,
+                        int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const float gradient = g[i] * gradient_scale;
+    const float decayed = p[i] * s.decay;
+    const float m_i = s.beta1 * m[i] + s.one_minus_beta1 * gradient;
+    const float v_i = s.beta2 * v[i] + s.one_minus_beta2 * gradient * gradient;
+    p_out[i] = decayed - s.step_size * m_i / (std::sqrt(v_i) / s.bias2_sqrt + s.eps);
+    m_out[i] = m_i;
+    v_out[i] = v_i;
+  }
+}
+
+// torch.optim.SGD (1.13) on elements [begin, end): g = g*gradient_scale + wd*p; with momentum (buffer != nullptr)
+// buf = g on the first step, else momentum*buf + (1-dampening)*g, then g = g + momentum*buf (Nesterov) or buf;
+// p -= lr*g.
+inline void SgdUpdate(const SgdOptions& o, bool first_step, float gradient_scale, const float* p, const float* g,
+                      const float* buffer, float* p_out, float* buffer_out, int64_t begin, int64_t end) {
+  const float lr = o.lr, weight_decay = o.weight_decay, momentum = o.momentum;
+  const float keep = 1.0f - o.dampening;
+  if (buffer == nullptr) {
+    for (int64_t i = begin; i < end; ++i) p_out[i] = p[i] - lr * (g[i] * gradient_scale + weight_decay * p[i]);
+    return;
+  }
+  for (int64_t i = begin; i < end; ++i) {
+    float d = g[i] * gradient_scale + weight_decay * p[i];
+    const float b = first_step ? d : momentum * buffer[i] + keep * d;
+    d = o.nesterov ? d + momentum * b : b;
+    p_out[i] = p[i] - lr * d;
+    buffer_out[i] = b;
+  }
+}
 
 // One parameter to update: its data (written in place), its gradient, and its named optimizer state tensors
 // (created zero-filled on the first step).

@@ -18,6 +18,13 @@ state_dict) with one batch of inputs and targets, and PyTorch's answers:
     data/manifest.json                    per case: loss definition, outputs, targets, parameters, optimizers
 
 The losses are what traind's artifacts must build on top of the forward graph; the manifest says which.
+
+Eval cases (eval_cases(), manifest key "eval_cases") hold the same model.onnx / inputs / targets and, instead of
+training references, PyTorch's model.eval() answers and its BatchNorm buffers after one train-mode forward, both
+computed from the parameter values model.onnx holds:
+    data/<case>/ref/eval/outputs/<output>.npy, ref/eval/loss.npy   model.eval() forward and loss (float64)
+    data/<case>/ref/running/<buffer>.npy                             running_mean / running_var after one train-mode
+                                                                     forward of the batch (float64)
 """
 import argparse
 import copy
@@ -25,6 +32,8 @@ import json
 import os
 
 import numpy as np
+import onnx
+import onnx.numpy_helper
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -102,6 +111,21 @@ class TwoHeadRegressor(nn.Module):
         return self.head1(h), self.head2(h)
 
 
+class BnDropoutNet(nn.Module):
+    """For eval mode: BatchNorm uses its running statistics and Dropout is the identity only in model.eval()."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3, padding=1)
+        self.bn = nn.BatchNorm2d(3)
+        self.drop = nn.Dropout(0.3)
+        self.fc = nn.Linear(3, 4)
+
+    def forward(self, x):
+        y = self.drop(torch.relu(self.bn(self.conv(x))))
+        return self.fc(F.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
 def cross_entropy(outputs, targets):
     return F.cross_entropy(outputs[0], targets[0])
 
@@ -132,6 +156,19 @@ def cases():
              loss=dict(kind="weighted", terms=[dict(weight=0.4, kind="mse", output="out1", target="target1"),
                                                dict(weight=0.6, kind="mse", output="out2", target="target2")]),
              loss_fn=weighted_mse),
+    ]
+
+
+def eval_cases():
+    g = torch.Generator().manual_seed(SEED + 1)
+    model = BnDropoutNet()
+    with torch.no_grad():  # Running statistics far from their initial 0 / 1, so that eval mode visibly uses them.
+        model.bn.running_mean.copy_(torch.randn(3, generator=g))
+        model.bn.running_var.copy_(torch.rand(3, generator=g) + 0.5)
+    return [
+        dict(name="bn_dropout_eval", model=model, inputs={"input": torch.randn(4, 2, 5, 5, generator=g)},
+             outputs=["logits"], targets={"target": torch.randint(0, 4, (4,), generator=g)},
+             loss=dict(kind="cross_entropy", output="logits", target="target"), loss_fn=cross_entropy),
     ]
 
 
@@ -183,6 +220,35 @@ def trajectory(case, make_optimizer):
     return np.array(losses, dtype=np.float64)
 
 
+def write_eval_case(case, directory):
+    export(case, directory)
+    for name, value in case["inputs"].items():
+        save_npy(os.path.join(directory, "inputs", name + ".npy"), value.numpy())
+    for name, value in case["targets"].items():
+        save_npy(os.path.join(directory, "targets", name + ".npy"), value.numpy())
+    # Tracing in training mode moved the exported copy's running statistics: answer for what model.onnx holds.
+    exported = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(os.path.join(directory, "model.onnx")).graph.initializer}
+    model = copy.deepcopy(case["model"]).double()
+    model.load_state_dict({name: torch.from_numpy(exported[name].copy()).double() if name in exported else value
+                           for name, value in model.state_dict().items()})
+    inputs = [x.double() if x.is_floating_point() else x for x in case["inputs"].values()]
+    targets = [t.double() if t.is_floating_point() else t for t in case["targets"].values()]
+    with torch.no_grad():
+        model.eval()
+        outputs = as_tuple(model(*inputs))
+        save_npy(os.path.join(directory, "ref", "eval", "loss.npy"), case["loss_fn"](outputs, targets).numpy())
+        for name, value in zip(case["outputs"], outputs):
+            save_npy(os.path.join(directory, "ref", "eval", "outputs", name + ".npy"), value.numpy())
+        model.train()
+        model(*inputs)
+    for name, buffer in model.named_buffers():
+        if "running" in name:
+            save_npy(os.path.join(directory, "ref", "running", name + ".npy"), buffer.numpy())
+    return dict(inputs=list(case["inputs"].keys()), outputs=case["outputs"], targets=list(case["targets"].keys()),
+                loss=case["loss"], parameters={n: list(p.shape) for n, p in case["model"].named_parameters()},
+                buffers=[n for n, _ in case["model"].named_buffers() if "running" in n])
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"))
@@ -215,6 +281,12 @@ def main():
             loss=case["loss"], parameters={n: list(p.shape) for n, p in case["model"].named_parameters()},
             buffers=[n for n, _ in case["model"].named_buffers() if "running" in n])
         print(f"{case['name']}: loss {float(loss):.6f}, {len(grads)} parameters")
+    manifest["eval_cases"] = {}
+    for case in eval_cases():
+        directory = os.path.join(args.out, case["name"])
+        os.makedirs(directory, exist_ok=True)
+        manifest["eval_cases"][case["name"]] = write_eval_case(case, directory)
+        print(f"{case['name']}: eval references")
     with open(os.path.join(args.out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
         f.write("\n")
