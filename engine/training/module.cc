@@ -1,0 +1,799 @@
+#include "engine/training/module.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/autodiff/gradient_builder.h"
+#include "engine/core/status_macros.h"
+#include "engine/io/file_util.h"
+#include "engine/model/model_loader.h"
+#include "engine/model/tensor_proto.h"
+#include "engine/runtime/executor.h"
+#include "onnx/shape_inference/implementation.h"
+
+namespace traind::engine {
+namespace {
+
+absl::StatusOr<onnx::ModelProto> Validated(const onnx::ModelProto& model, const char* what) {
+  std::string bytes;
+  if (!model.SerializeToString(&bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", what, " model cannot be serialized (over 2 GiB?)"));
+  }
+  absl::StatusOr<onnx::ModelProto> loaded = LoadModelFromBytes(bytes);
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(),
+                        absl::StrCat("the ", what, " model: ", loaded.status().message()));
+  }
+  return loaded;
+}
+
+absl::StatusOr<onnx::ModelProto> LoadedFromFile(const std::string& path, const char* what) {
+  absl::StatusOr<onnx::ModelProto> loaded = LoadModelFromFile(path);
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(),
+                        absl::StrCat("the ", what, " model '", path, "': ", loaded.status().message()));
+  }
+  return loaded;
+}
+
+// A declared graph value must have exactly this tensor's dtype and static shape (parameters, gradients and
+// running statistics never have dynamic dimensions).
+absl::Status CheckDeclaredLike(const GraphValue& declared, const Tensor& tensor, const std::string& what,
+                               const char* model) {
+  bool matches = declared.dtype == tensor.dtype();
+  if (declared.has_shape) {
+    matches = matches && declared.dims.size() == tensor.shape().size();
+    for (size_t i = 0; matches && i < declared.dims.size(); ++i) {
+      matches = declared.dims[i] < 0 || declared.dims[i] == tensor.shape()[i];
+    }
+  }
+  if (!matches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", model, " model's '", declared.name, "' is ", DataTypeName(declared.dtype), " ",
+        declared.has_shape ? ShapeToString(declared.dims) : "(any shape)", ", but ", what, " is ",
+        DataTypeName(tensor.dtype()), " ", ShapeToString(tensor.shape())));
+  }
+  return absl::OkStatus();
+}
+
+// Copies `from` into `to`'s existing buffer (same dtype and element count, checked by the caller), so that every
+// holder of `to` sees the new values. A no-op when both share the buffer.
+void CopyInPlace(const Tensor& from, Tensor& to) {
+  if (from.raw_data() == to.raw_data()) return;
+  std::memcpy(to.mutable_raw_data(), from.raw_data(), to.byte_size());
+}
+
+absl::StatusOr<Tensor> DeepCopy(const Tensor& tensor) {
+  TRAIND_ASSIGN_OR_RETURN(Tensor copy, Tensor::Allocate(tensor.dtype(), tensor.shape()));
+  std::memcpy(copy.mutable_raw_data(), tensor.raw_data(), tensor.byte_size());
+  return copy;
+}
+
+absl::StatusOr<double> ScalarValue(const Tensor& tensor, const std::string& name) {
+  if (tensor.num_elements() != 1) {
+    return absl::InternalError(absl::StrCat("'", name, "' is not a scalar: ", tensor.DebugString()));
+  }
+  switch (tensor.dtype()) {
+    case DataType::kFloat32:
+      return static_cast<double>(*tensor.data<float>());
+    case DataType::kFloat64:
+      return *tensor.data<double>();
+    default:
+      return absl::InternalError(absl::StrCat("'", name, "' is ", tensor.DebugString(), ", not float or double"));
+  }
+}
+
+bool AllFinite(const Tensor& tensor) {
+  if (tensor.dtype() == DataType::kFloat32) {
+    const float* values = tensor.data<float>();
+    for (int64_t i = 0; i < tensor.num_elements(); ++i) {
+      if (!std::isfinite(values[i])) return false;
+    }
+  } else if (tensor.dtype() == DataType::kFloat64) {
+    const double* values = tensor.data<double>();
+    for (int64_t i = 0; i < tensor.num_elements(); ++i) {
+      if (!std::isfinite(values[i])) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+// -------------------------------------------------------------------------------------------------------------
+// Module
+
+Module::Module(CheckpointState* state) : state_(state) {}
+Module::~Module() = default;
+
+absl::StatusOr<std::unique_ptr<Module>> Module::Create(const onnx::ModelProto& training_model,
+                                                       const onnx::ModelProto* eval_model, CheckpointState* state) {
+  TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto training, Validated(training_model, "training"));
+  std::optional<onnx::ModelProto> eval;
+  if (eval_model != nullptr) {
+    TRAIND_ASSIGN_OR_RETURN(eval, Validated(*eval_model, "eval"));
+  }
+  if (state == nullptr) return absl::InvalidArgumentError("Module needs a checkpoint state");
+  std::unique_ptr<Module> module(new Module(state));
+  TRAIND_RETURN_IF_ERROR(module->Initialize(training, eval ? &*eval : nullptr));
+  return module;
+}
+
+absl::StatusOr<std::unique_ptr<Module>> Module::Create(const Artifacts& artifacts, CheckpointState* state) {
+  return Create(artifacts.training_model, &artifacts.eval_model, state);
+}
+
+absl::StatusOr<std::unique_ptr<Module>> Module::CreateFromFiles(const std::string& training_model_path,
+                                                                const std::string& eval_model_path,
+                                                                CheckpointState* state) {
+  TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto training, LoadedFromFile(training_model_path, "training"));
+  std::optional<onnx::ModelProto> eval;
+  if (!eval_model_path.empty()) {
+    TRAIND_ASSIGN_OR_RETURN(eval, LoadedFromFile(eval_model_path, "eval"));
+  }
+  if (state == nullptr) return absl::InvalidArgumentError("Module needs a checkpoint state");
+  std::unique_ptr<Module> module(new Module(state));
+  TRAIND_RETURN_IF_ERROR(module->Initialize(training, eval ? &*eval : nullptr));
+  return module;
+}
+
+absl::Status Module::Initialize(const onnx::ModelProto& training_model, const onnx::ModelProto* eval_model) {
+  TRAIND_RETURN_IF_ERROR(ValidateCheckpointState(*state_, /*allow_shape_only=*/true));
+  for (const Parameter& parameter : state_->parameters) {
+    parameter_names_.push_back(parameter.name);
+    if (parameter.requires_grad) trainable_names_.push_back(parameter.name);
+  }
+  TRAIND_RETURN_IF_ERROR(CompileModel(training_model, /*training=*/true, train_));
+  if (eval_model != nullptr) TRAIND_RETURN_IF_ERROR(CompileModel(*eval_model, /*training=*/false, eval_));
+  return absl::OkStatus();
+}
+
+absl::Status Module::CompileModel(onnx::ModelProto model, bool training, CompiledModel& compiled) {
+  const char* const what = training ? "training" : "eval";
+  TRAIND_ASSIGN_OR_RETURN(compiled.session, Session::Create(model));
+  compiled.model = std::move(model);
+  const Plan& plan = compiled.session->plan();
+
+  absl::flat_hash_map<std::string, int> parameter_index;
+  absl::flat_hash_map<std::string, int> buffer_index;  // gradient accumulation buffer name -> parameter
+  for (size_t p = 0; p < state_->parameters.size(); ++p) {
+    const Parameter& parameter = state_->parameters[p];
+    parameter_index[parameter.name] = static_cast<int>(p);
+    if (training && parameter.requires_grad) {
+      buffer_index[GradientAccumulationBufferName(parameter.name)] = static_cast<int>(p);
+    }
+  }
+  std::vector<bool> parameter_fed(state_->parameters.size(), false);
+  std::vector<bool> buffer_fed(state_->parameters.size(), false);
+  bool reset_fed = false;
+  for (const GraphValue& input : plan.inputs) {
+    Feed feed{Feed::Source::kUser, 0};
+    if (auto it = parameter_index.find(input.name); it != parameter_index.end()) {
+      feed = {Feed::Source::kParameter, it->second};
+      parameter_fed[it->second] = true;
+      TRAIND_RETURN_IF_ERROR(CheckDeclaredLike(input, state_->parameters[it->second].data,
+                                               absl::StrCat("the checkpoint's parameter"), what));
+    } else if (auto it = buffer_index.find(input.name); it != buffer_index.end()) {
+      feed = {Feed::Source::kGradientBuffer, it->second};
+      buffer_fed[it->second] = true;
+      TRAIND_RETURN_IF_ERROR(CheckDeclaredLike(input, state_->parameters[it->second].data,
+                                               "the parameter it accumulates the gradient of", what));
+    } else if (training && input.name == kLazyResetGradName) {
+      feed = {Feed::Source::kLazyReset, 0};
+      reset_fed = true;
+      if (input.dtype != DataType::kBool) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the training model's '", kLazyResetGradName, "' input is not bool"));
+      }
+    } else if (training && absl::EndsWith(input.name, GradientAccumulationBufferName(""))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the training model takes gradient buffer '", input.name,
+          "', which belongs to no trainable parameter of the checkpoint (requires_grad does not match the model?)"));
+    } else {
+      feed.index = static_cast<int>(compiled.user_inputs.size());
+      compiled.user_inputs.push_back(input.name);
+    }
+    compiled.feeds.push_back(feed);
+  }
+  for (size_t p = 0; p < state_->parameters.size(); ++p) {
+    const Parameter& parameter = state_->parameters[p];
+    if (!parameter_fed[p]) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint parameter '", parameter.name,
+                                                     "' is not an input of the ", what, " model"));
+    }
+    if (training && parameter.requires_grad && !buffer_fed[p]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint parameter '", parameter.name, "' requires a gradient, but the training model has "
+                       "no input '", GradientAccumulationBufferName(parameter.name), "'"));
+    }
+  }
+  if (training && !reset_fed) {
+    return absl::InvalidArgumentError(absl::StrCat("the training model has no input '", kLazyResetGradName, "'"));
+  }
+
+  if (plan.outputs.empty() || plan.outputs[0].name != kLossName) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", what, " model's first output must be '", kLossName, "'"));
+  }
+  absl::flat_hash_map<std::string, int> gradient_output_index, statistic_output_index;
+  for (size_t p = 0; p < state_->parameters.size(); ++p) {
+    const Parameter& parameter = state_->parameters[p];
+    if (!training) continue;
+    if (parameter.requires_grad) {
+      gradient_output_index[GradientAccumulationOutputName(parameter.name)] = static_cast<int>(p);
+    } else {
+      statistic_output_index[RunningStatisticOutputName(parameter.name)] = static_cast<int>(p);
+    }
+  }
+  std::vector<bool> gradient_out(state_->parameters.size(), false);
+  for (size_t o = 0; o < plan.outputs.size(); ++o) {
+    const GraphValue& output = plan.outputs[o];
+    if (auto it = gradient_output_index.find(output.name); it != gradient_output_index.end()) {
+      TRAIND_RETURN_IF_ERROR(CheckDeclaredLike(output, state_->parameters[it->second].data,
+                                               "the parameter it is the gradient of", what));
+      gradient_outputs_.emplace_back(static_cast<int>(o), it->second);
+      gradient_out[it->second] = true;
+    } else if (auto it = statistic_output_index.find(output.name); it != statistic_output_index.end()) {
+      TRAIND_RETURN_IF_ERROR(
+          CheckDeclaredLike(output, state_->parameters[it->second].data, "the running statistic", what));
+      running_statistic_outputs_.emplace_back(static_cast<int>(o), it->second);
+    } else {
+      compiled.user_outputs.push_back(output.name);
+      compiled.user_output_indices.push_back(static_cast<int>(o));
+    }
+  }
+  for (size_t p = 0; p < state_->parameters.size(); ++p) {
+    if (training && state_->parameters[p].requires_grad && !gradient_out[p]) {
+      return absl::InvalidArgumentError(absl::StrCat("the training model has no output '",
+                                                     GradientAccumulationOutputName(state_->parameters[p].name),
+                                                     "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Module::CheckState() const {
+  bool same = state_->parameters.size() == parameter_names_.size();
+  for (size_t p = 0; same && p < parameter_names_.size(); ++p) {
+    same = state_->parameters[p].name == parameter_names_[p];
+  }
+  if (!same) {
+    return absl::FailedPreconditionError(
+        "the checkpoint state no longer has the parameters this Module was created with (load only checkpoints "
+        "of the same model into it)");
+  }
+  for (const Parameter& parameter : state_->parameters) {
+    if (!parameter.data.defined()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "parameter '", parameter.name, "' has no data (a nominal checkpoint): CopyBufferToParameters first"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Tensor>> Module::Feeds(const CompiledModel& compiled, const NamedTensors& inputs,
+                                                  bool reset) const {
+  TRAIND_RETURN_IF_ERROR(CheckState());
+  const Plan& plan = compiled.session->plan();
+  // The caller's tensors by user-input index.
+  std::vector<const Tensor*> user(compiled.user_inputs.size(), nullptr);
+  for (const auto& [name, tensor] : inputs) {
+    size_t index = 0;
+    while (index < compiled.user_inputs.size() && compiled.user_inputs[index] != name) ++index;
+    if (index == compiled.user_inputs.size()) {
+      const bool parameter = std::count(parameter_names_.begin(), parameter_names_.end(), name) > 0;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown input '", name, "'", parameter ? " (a parameter: it comes from the checkpoint state)" : "",
+          "; the model takes: ", absl::StrJoin(compiled.user_inputs, ", ")));
+    }
+    if (user[index] != nullptr) return absl::InvalidArgumentError(absl::StrCat("input '", name, "' given twice"));
+    user[index] = &tensor;
+  }
+  for (size_t i = 0; i < user.size(); ++i) {
+    if (user[i] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("missing input '", compiled.user_inputs[i], "'"));
+    }
+  }
+
+  std::vector<Tensor> feeds(compiled.feeds.size());
+  for (size_t i = 0; i < compiled.feeds.size(); ++i) {
+    const Feed& feed = compiled.feeds[i];
+    switch (feed.source) {
+      case Feed::Source::kUser:
+        // Checked here, not only by the executor, so that the message is about the caller's input.
+        TRAIND_RETURN_IF_ERROR(CheckInputMatchesDeclaration(plan.inputs[i], *user[feed.index]));
+        feeds[i] = *user[feed.index];
+        break;
+      case Feed::Source::kParameter:
+        feeds[i] = state_->parameters[feed.index].data;
+        break;
+      case Feed::Source::kGradientBuffer: {
+        const Parameter& parameter = state_->parameters[feed.index];
+        if (reset) {
+          feeds[i] = parameter.data;  // Not read under reset (AccumulateGradient); any tensor of the right type.
+        } else if (parameter.has_grad()) {
+          feeds[i] = parameter.grad;
+        } else {
+          // A state loaded without this gradient while others are being accumulated: it starts at zero.
+          TRAIND_ASSIGN_OR_RETURN(feeds[i], Tensor::Allocate(parameter.data.dtype(), parameter.data.shape()));
+        }
+        break;
+      }
+      case Feed::Source::kLazyReset: {
+        TRAIND_ASSIGN_OR_RETURN(feeds[i], Tensor::Allocate(DataType::kBool, {}));
+        *feeds[i].mutable_data<uint8_t>() = reset ? 1 : 0;
+        break;
+      }
+    }
+  }
+  return feeds;
+}
+
+NamedTensors Module::UserOutputs(const CompiledModel& compiled, std::vector<Tensor>& outputs) {
+  NamedTensors named;
+  named.reserve(compiled.user_outputs.size());
+  for (size_t u = 0; u < compiled.user_outputs.size(); ++u) {
+    named.emplace_back(compiled.user_outputs[u], std::move(outputs[compiled.user_output_indices[u]]));
+  }
+  return named;
+}
+
+absl::StatusOr<NamedTensors> Module::TrainStep(const NamedTensors& inputs) {
+  const bool reset = pending_reset_;
+  TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> feeds, Feeds(train_, inputs, reset));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, train_.session->Run(feeds));
+  TRAIND_ASSIGN_OR_RETURN(const double loss, ScalarValue(outputs[0], kLossName));
+  // A batch holding NaN does not always show in the loss (Relu maps NaN to 0 here), but it does in the batch
+  // statistics BatchNormalization blends into its running ones.
+  bool finite = std::isfinite(loss);
+  for (const auto& [output, parameter] : running_statistic_outputs_) finite = finite && AllFinite(outputs[output]);
+
+  // A gradient output may share its buffer with something that changes later: a fed tensor (a parameter the
+  // optimizer updates in place, a caller's input) or a constant of the plan. Held in Parameter::grad across steps,
+  // it must own its storage.
+  absl::flat_hash_set<const void*> foreign;
+  for (const Tensor& feed : feeds) foreign.insert(feed.raw_data());
+  for (const auto& [slot, constant] : train_.session->plan().constants) foreign.insert(constant.raw_data());
+  for (const auto& [output, parameter] : gradient_outputs_) {
+    Tensor& gradient = outputs[output];
+    if (foreign.contains(gradient.raw_data())) {
+      TRAIND_ASSIGN_OR_RETURN(gradient, DeepCopy(gradient));
+    }
+  }
+  // Nothing fails from here on: the step is committed.
+  for (const auto& [output, parameter] : gradient_outputs_) state_->parameters[parameter].grad = outputs[output];
+  if (finite) {
+    for (const auto& [output, parameter] : running_statistic_outputs_) {
+      CopyInPlace(outputs[output], state_->parameters[parameter].data);
+    }
+  }
+  accumulated_steps_finite_ = (reset || accumulated_steps_finite_) && finite;
+  pending_reset_ = false;
+  return UserOutputs(train_, outputs);
+}
+
+absl::StatusOr<NamedTensors> Module::EvalStep(const NamedTensors& inputs) const {
+  if (!has_eval_model()) return absl::FailedPreconditionError("this Module has no eval model");
+  TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> feeds, Feeds(eval_, inputs, /*reset=*/false));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, eval_.session->Run(feeds));
+  return UserOutputs(eval_, outputs);
+}
+
+void Module::LazyResetGrad() { pending_reset_ = true; }
+
+absl::StatusOr<NamedTensors> Module::Run(const NamedTensors& inputs) {
+  return training_mode_ ? TrainStep(inputs) : EvalStep(inputs);
+}
+
+int64_t Module::GetParametersSize(bool trainable_only) const {
+  return engine::GetParametersSize(*state_, trainable_only);
+}
+
+absl::StatusOr<Tensor> Module::GetContiguousParameters(bool trainable_only) const {
+  TRAIND_RETURN_IF_ERROR(CheckState());
+  return engine::GetContiguousParameters(*state_, trainable_only);
+}
+
+absl::Status Module::CopyBufferToParameters(absl::Span<const float> buffer, bool trainable_only) {
+  // Not CheckState(): filling a nominal state is the point. Only the parameter list must be the compiled one.
+  bool same = state_->parameters.size() == parameter_names_.size();
+  for (size_t p = 0; same && p < parameter_names_.size(); ++p) same = state_->parameters[p].name == parameter_names_[p];
+  if (!same) {
+    return absl::FailedPreconditionError(
+        "the checkpoint state no longer has the parameters this Module was created with");
+  }
+  return engine::CopyBufferToParameters(buffer, trainable_only, *state_);
+}
+
+absl::Status Module::ExportModelForInferencing(const std::string& path,
+                                               const std::vector<std::string>& output_names) const {
+  if (!has_eval_model()) return absl::FailedPreconditionError("this Module has no eval model to export");
+  TRAIND_RETURN_IF_ERROR(CheckState());
+  if (output_names.empty()) return absl::InvalidArgumentError("no output to export");
+
+  onnx::ModelProto model = eval_.model;
+  onnx::GraphProto* graph = model.mutable_graph();
+
+  // Every value's type, for the new graph outputs.
+  absl::flat_hash_map<std::string, onnx::TypeProto> types;
+  {
+    onnx::ModelProto inferred = model;
+    try {
+      onnx::shape_inference::InferShapes(inferred);
+    } catch (const std::exception& error) {
+      return absl::InternalError(absl::StrCat("shape inference failed on the eval model: ", error.what()));
+    }
+    for (const auto* infos : {&inferred.graph().input(), &inferred.graph().value_info(), &inferred.graph().output()}) {
+      for (const auto& info : *infos) {
+        if (info.has_type()) types[info.name()] = info.type();
+      }
+    }
+  }
+  absl::flat_hash_set<std::string> produced;
+  for (const auto& node : graph->node()) produced.insert(node.output().begin(), node.output().end());
+  for (const std::string& name : eval_.user_inputs) produced.insert(name);
+  std::set<std::string> seen;
+  graph->clear_output();
+  for (const std::string& name : output_names) {
+    if (name.empty()) return absl::InvalidArgumentError("an output name is empty");
+    if (name == kLossName) {
+      return absl::InvalidArgumentError(absl::StrCat("'", kLossName, "' cannot be exported: an inference model has "
+                                                     "no loss (export the loss's input instead)"));
+    }
+    if (!seen.insert(name).second) return absl::InvalidArgumentError(absl::StrCat("output '", name, "' given twice"));
+    if (!produced.contains(name)) {
+      return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a value of the eval model"));
+    }
+    auto type = types.find(name);
+    if (type == types.end()) return absl::InvalidArgumentError(absl::StrCat("output '", name, "' has no known type"));
+    onnx::ValueInfoProto* output = graph->add_output();
+    output->set_name(name);
+    *output->mutable_type() = type->second;
+  }
+
+  // Keep the nodes the outputs need (nodes are in topological order: walk backwards).
+  absl::flat_hash_set<std::string> needed(output_names.begin(), output_names.end());
+  std::vector<bool> keep(graph->node_size(), false);
+  for (int n = graph->node_size() - 1; n >= 0; --n) {
+    const onnx::NodeProto& node = graph->node(n);
+    for (const auto& output : node.output()) keep[n] = keep[n] || needed.contains(output);
+    if (!keep[n]) continue;
+    needed.insert(node.input().begin(), node.input().end());
+    // Subgraph (If/Loop/Scan) bodies may read outer values by name: keep whatever they mention.
+    for (const auto& attribute : node.attribute()) {
+      std::vector<const onnx::GraphProto*> bodies;
+      if (attribute.has_g()) bodies.push_back(&attribute.g());
+      for (const auto& g : attribute.graphs()) bodies.push_back(&g);
+      while (!bodies.empty()) {
+        const onnx::GraphProto* body = bodies.back();
+        bodies.pop_back();
+        for (const auto& inner : body->node()) {
+          needed.insert(inner.input().begin(), inner.input().end());
+          for (const auto& a : inner.attribute()) {
+            if (a.has_g()) bodies.push_back(&a.g());
+            for (const auto& g : a.graphs()) bodies.push_back(&g);
+          }
+        }
+      }
+    }
+  }
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  std::set<std::string> domains_used;
+  for (int n = 0; n < graph->node_size(); ++n) {
+    if (!keep[n]) continue;
+    const onnx::NodeProto& node = graph->node(n);
+    if (node.domain() == kTraindTrainingDomain || node.domain() == kOnnxPreviewTrainingDomain) {
+      return absl::InternalError(absl::StrCat("the eval model's node '", node.name(), "' (", node.domain(),
+                                              "::", node.op_type(), ") is a training op; it cannot be exported"));
+    }
+    domains_used.insert(node.domain() == "ai.onnx" ? "" : node.domain());
+    *nodes.Add() = node;
+  }
+  graph->mutable_node()->Swap(&nodes);
+
+  // Parameters become initializers with their current values; unused inputs (targets) and initializers go.
+  absl::flat_hash_map<std::string, const Parameter*> parameters;
+  for (const Parameter& parameter : state_->parameters) parameters[parameter.name] = &parameter;
+  google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> inputs;
+  google::protobuf::RepeatedPtrField<onnx::TensorProto> initializers;
+  for (const auto& initializer : graph->initializer()) {
+    if (needed.contains(initializer.name())) *initializers.Add() = initializer;
+  }
+  for (const auto& input : graph->input()) {
+    if (!needed.contains(input.name())) continue;
+    auto parameter = parameters.find(input.name());
+    if (parameter == parameters.end()) {
+      *inputs.Add() = input;
+    } else {
+      *initializers.Add() = TensorToProto(parameter->second->data, parameter->second->name);
+    }
+  }
+  graph->mutable_input()->Swap(&inputs);
+  graph->mutable_initializer()->Swap(&initializers);
+  graph->clear_value_info();  // Stale for the pruned graph; the loader re-infers.
+
+  google::protobuf::RepeatedPtrField<onnx::OperatorSetIdProto> opsets;
+  for (const auto& opset : model.opset_import()) {
+    const std::string domain = opset.domain() == "ai.onnx" ? "" : opset.domain();
+    if (domain.empty() || domains_used.count(domain) > 0) *opsets.Add() = opset;
+  }
+  model.mutable_opset_import()->Swap(&opsets);
+  model.set_producer_name("traind ExportModelForInferencing");
+
+  std::string bytes;
+  if (!model.SerializeToString(&bytes)) {
+    return absl::ResourceExhaustedError("the inference model cannot be serialized (over 2 GiB?)");
+  }
+  // What is written must load: a failure here is a bug of this function, reported before anything is written.
+  absl::StatusOr<onnx::ModelProto> check = LoadModelFromBytes(bytes);
+  if (!check.ok()) {
+    return absl::InternalError(absl::StrCat("the exported model does not load: ", check.status().message()));
+  }
+  return WriteFileAtomically(path, bytes);
+}
+
+// -------------------------------------------------------------------------------------------------------------
+// Optimizer
+
+Optimizer::~Optimizer() = default;
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const onnx::ModelProto& optimizer_model, Module* module,
+                                                             const OptimizerOptions& options) {
+  if (module == nullptr) return absl::InvalidArgumentError("Optimizer needs a Module");
+  TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto model, Validated(optimizer_model, "optimizer"));
+  std::unique_ptr<Optimizer> optimizer(new Optimizer(module));
+  TRAIND_RETURN_IF_ERROR(optimizer->Initialize(model, options));
+  return optimizer;
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::CreateFromFile(const std::string& optimizer_model_path,
+                                                                     Module* module, const OptimizerOptions& options) {
+  if (module == nullptr) return absl::InvalidArgumentError("Optimizer needs a Module");
+  TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto model, LoadedFromFile(optimizer_model_path, "optimizer"));
+  std::unique_ptr<Optimizer> optimizer(new Optimizer(module));
+  TRAIND_RETURN_IF_ERROR(optimizer->Initialize(model, options));
+  return optimizer;
+}
+
+absl::Status Optimizer::Initialize(const onnx::ModelProto& optimizer_model, const OptimizerOptions& options) {
+  if (!std::isfinite(options.initial_learning_rate) || options.initial_learning_rate < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("initial learning rate must be finite and >= 0, got ", options.initial_learning_rate));
+  }
+  options_ = options;
+  TRAIND_ASSIGN_OR_RETURN(session_, Session::Create(optimizer_model));
+  const Plan& plan = session_->plan();
+  const CheckpointState& state = *module_->state();
+
+  // Inputs: learning_rate, step, then per parameter: p, GradientName(p), p.<state>... (artifacts.h).
+  auto input_error = [](const std::string& problem) {
+    return absl::InvalidArgumentError(absl::StrCat("the optimizer model: ", problem));
+  };
+  if (plan.inputs.size() < 2 || plan.inputs[0].name != kLearningRateName || plan.inputs[1].name != kStepName) {
+    return input_error(absl::StrCat("its first inputs must be '", kLearningRateName, "' and '", kStepName, "'"));
+  }
+  if (plan.inputs[0].dtype != DataType::kFloat32 || plan.inputs[1].dtype != DataType::kInt64) {
+    return input_error(absl::StrCat("'", kLearningRateName, "' must be float and '", kStepName, "' int64"));
+  }
+  absl::flat_hash_map<std::string, int> checkpoint_index;
+  for (size_t p = 0; p < state.parameters.size(); ++p) checkpoint_index[state.parameters[p].name] = static_cast<int>(p);
+  size_t i = 2;
+  bool first = true;
+  while (i < plan.inputs.size()) {
+    const std::string& name = plan.inputs[i].name;
+    auto it = checkpoint_index.find(name);
+    if (it == checkpoint_index.end() || !state.parameters[it->second].requires_grad) {
+      return input_error(absl::StrCat("input '", name, "' is not a trainable parameter of the checkpoint"));
+    }
+    if (i + 1 >= plan.inputs.size() || plan.inputs[i + 1].name != GradientName(name)) {
+      return input_error(absl::StrCat("parameter '", name, "' must be followed by its gradient '",
+                                      GradientName(name), "'"));
+    }
+    std::vector<std::string> states;
+    size_t next = i + 2;
+    const std::string prefix = OptimizerStateName(name, "");
+    while (next < plan.inputs.size() && absl::StartsWith(plan.inputs[next].name, prefix) &&
+           checkpoint_index.count(plan.inputs[next].name) == 0) {
+      states.push_back(plan.inputs[next].name.substr(prefix.size()));
+      ++next;
+    }
+    if (first) {
+      state_names_ = states;
+      first = false;
+    } else if (states != state_names_) {
+      return input_error(absl::StrCat("parameter '", name, "' has states {", absl::StrJoin(states, ", "),
+                                      "}, others {", absl::StrJoin(state_names_, ", "), "}"));
+    }
+    for (size_t k = i; k < next; ++k) {
+      TRAIND_RETURN_IF_ERROR(CheckDeclaredLike(plan.inputs[k], state.parameters[it->second].data,
+                                               absl::StrCat("parameter '", name, "'"), "optimizer"));
+    }
+    parameter_names_.push_back(name);
+    parameter_indices_.push_back(it->second);
+    i = next;
+  }
+  const std::vector<std::string>& trainable = module_->TrainableParameterNames();
+  if (std::set<std::string>(trainable.begin(), trainable.end()) !=
+          std::set<std::string>(parameter_names_.begin(), parameter_names_.end()) ||
+      parameter_names_.size() != trainable.size()) {
+    return input_error(absl::StrCat("it updates {", absl::StrJoin(parameter_names_, ", "),
+                                    "}, but the module trains {", absl::StrJoin(trainable, ", "), "}"));
+  }
+  // Outputs: UpdatedName of every parameter and state, in input order, then skipped.
+  std::vector<std::string> expected_outputs;
+  for (const std::string& name : parameter_names_) {
+    expected_outputs.push_back(UpdatedName(name));
+    for (const std::string& s : state_names_) expected_outputs.push_back(UpdatedName(OptimizerStateName(name, s)));
+  }
+  expected_outputs.push_back(kSkippedName);
+  std::vector<std::string> outputs;
+  for (const GraphValue& output : plan.outputs) outputs.push_back(output.name);
+  if (outputs != expected_outputs) {
+    return input_error(absl::StrCat("its outputs are {", absl::StrJoin(outputs, ", "), "}, expected {",
+                                    absl::StrJoin(expected_outputs, ", "), "}"));
+  }
+  if (plan.outputs.back().dtype != DataType::kBool) {
+    return input_error(absl::StrCat("'", kSkippedName, "' must be bool"));
+  }
+  return EnsureState();
+}
+
+absl::Status Optimizer::EnsureState() {
+  CheckpointState& state = *module_->state();
+  for (size_t k = 0; k < parameter_indices_.size(); ++k) {
+    const int p = parameter_indices_[k];
+    if (static_cast<size_t>(p) >= state.parameters.size() || state.parameters[p].name != parameter_names_[k]) {
+      return absl::FailedPreconditionError(
+          "the checkpoint state no longer has the parameters this Optimizer was created with");
+    }
+  }
+  if (!state.optimizer.has_value()) {
+    OptimizerState& created = state.optimizer.emplace();
+    created.group.step = 0;
+    created.group.initial_learning_rate = options_.initial_learning_rate;
+    created.group.learning_rate = options_.initial_learning_rate;
+    if (!state.scheduler.kind.empty()) {
+      TRAIND_ASSIGN_OR_RETURN(LearningRateScheduler scheduler, LearningRateScheduler::FromState(state.scheduler));
+      TRAIND_ASSIGN_OR_RETURN(created.group.learning_rate,
+                              scheduler.LearningRate(0, created.group.initial_learning_rate));
+    }
+  }
+  OptimizerState& optimizer = *state.optimizer;
+  if (optimizer.group.step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint's optimizer step is negative: ",
+                                                   optimizer.group.step));
+  }
+  // Check everything before creating anything, so that a mismatch changes nothing.
+  for (size_t k = 0; k < parameter_indices_.size(); ++k) {
+    const Parameter& parameter = state.parameters[parameter_indices_[k]];
+    auto states = optimizer.parameter_states.find(parameter.name);
+    if (states == optimizer.parameter_states.end()) continue;
+    for (const auto& [name, tensor] : states->second) {
+      if (std::find(state_names_.begin(), state_names_.end(), name) == state_names_.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("the checkpoint's optimizer state '", name, "' of '",
+                                                       parameter.name, "' is not one this optimizer keeps ({",
+                                                       absl::StrJoin(state_names_, ", "), "}): another optimizer?"));
+      }
+      if (tensor.dtype() != parameter.data.dtype() || tensor.shape() != parameter.data.shape() || !tensor.defined()) {
+        return absl::InvalidArgumentError(absl::StrCat("the checkpoint's optimizer state '", name, "' of '",
+                                                       parameter.name, "' is ", tensor.DebugString(),
+                                                       ", the parameter ", parameter.data.DebugString()));
+      }
+    }
+  }
+  for (size_t k = 0; k < parameter_indices_.size(); ++k) {
+    const Parameter& parameter = state.parameters[parameter_indices_[k]];
+    std::map<std::string, Tensor>& states = optimizer.parameter_states[parameter.name];
+    for (const std::string& name : state_names_) {
+      if (states.count(name) > 0) continue;
+      TRAIND_ASSIGN_OR_RETURN(states[name], Tensor::Allocate(parameter.data.dtype(), parameter.data.shape()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<OptimizerStepResult> Optimizer::Step() {
+  CheckpointState& state = *module_->state();
+  TRAIND_RETURN_IF_ERROR(module_->CheckState());
+  TRAIND_RETURN_IF_ERROR(EnsureState());
+  OptimizerGroupState& group = state.optimizer->group;
+  OptimizerStepResult result;
+  result.step = group.step;
+  result.learning_rate = group.learning_rate;
+  for (const int p : parameter_indices_) {
+    if (!state.parameters[p].has_grad()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("parameter '", state.parameters[p].name, "' has no gradient: run TrainStep first"));
+    }
+  }
+  if (!module_->accumulated_steps_finite()) {
+    result.skipped = true;
+    return result;
+  }
+
+  const Plan& plan = session_->plan();
+  std::vector<Tensor> feeds;
+  feeds.reserve(plan.inputs.size());
+  TRAIND_ASSIGN_OR_RETURN(feeds.emplace_back(), Tensor::FromVector<float>({}, {group.learning_rate}));
+  TRAIND_ASSIGN_OR_RETURN(feeds.emplace_back(), Tensor::FromVector<int64_t>({}, {group.step + 1}));
+  for (const int p : parameter_indices_) {
+    const Parameter& parameter = state.parameters[p];
+    feeds.push_back(parameter.data);
+    feeds.push_back(parameter.grad);
+    const std::map<std::string, Tensor>& states = state.optimizer->parameter_states.at(parameter.name);
+    for (const std::string& name : state_names_) feeds.push_back(states.at(name));
+  }
+  TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, session_->Run(feeds));
+  const Tensor& skipped = outputs.back();
+  if (skipped.dtype() != DataType::kBool || skipped.num_elements() != 1) {
+    return absl::InternalError(absl::StrCat("the optimizer model's '", kSkippedName, "' is ", skipped.DebugString()));
+  }
+  if (*skipped.data<uint8_t>() != 0) {
+    result.skipped = true;
+    return result;
+  }
+  // The next learning rate, computed before anything is written so that a scheduler error changes nothing.
+  float next_learning_rate = group.learning_rate;
+  if (!state.scheduler.kind.empty()) {
+    TRAIND_ASSIGN_OR_RETURN(LearningRateScheduler scheduler, LearningRateScheduler::FromState(state.scheduler));
+    TRAIND_ASSIGN_OR_RETURN(next_learning_rate, scheduler.LearningRate(group.step + 1, group.initial_learning_rate));
+  }
+  // Write in place: the Module's sessions read these buffers, and anyone holding a parameter sees the update.
+  size_t o = 0;
+  for (const int p : parameter_indices_) {
+    Parameter& parameter = state.parameters[p];
+    CopyInPlace(outputs[o++], parameter.data);
+    std::map<std::string, Tensor>& states = state.optimizer->parameter_states.at(parameter.name);
+    for (const std::string& name : state_names_) CopyInPlace(outputs[o++], states.at(name));
+  }
+  group.step += 1;
+  group.learning_rate = next_learning_rate;
+  result.step = group.step;
+  result.learning_rate = group.learning_rate;
+  return result;
+}
+
+absl::Status Optimizer::SetLearningRate(float learning_rate) {
+  if (!std::isfinite(learning_rate) || learning_rate < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("learning rate must be finite and >= 0, got ", learning_rate));
+  }
+  TRAIND_RETURN_IF_ERROR(EnsureState());
+  module_->state()->optimizer->group.learning_rate = learning_rate;
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::SetInitialLearningRate(float learning_rate) {
+  TRAIND_RETURN_IF_ERROR(SetLearningRate(learning_rate));
+  module_->state()->optimizer->group.initial_learning_rate = learning_rate;
+  return absl::OkStatus();
+}
+
+float Optimizer::GetLearningRate() const {
+  const CheckpointState& state = *module_->state();
+  return state.optimizer ? state.optimizer->group.learning_rate : options_.initial_learning_rate;
+}
+
+int64_t Optimizer::GetStep() const {
+  const CheckpointState& state = *module_->state();
+  return state.optimizer ? state.optimizer->group.step : 0;
+}
+
+absl::Status Optimizer::SetScheduler(const LearningRateScheduler& scheduler) {
+  TRAIND_RETURN_IF_ERROR(EnsureState());
+  OptimizerGroupState& group = module_->state()->optimizer->group;
+  TRAIND_ASSIGN_OR_RETURN(const float learning_rate, scheduler.LearningRate(group.step, group.initial_learning_rate));
+  module_->state()->scheduler = scheduler.ToState();
+  group.learning_rate = learning_rate;
+  return absl::OkStatus();
+}
+
+void Optimizer::ClearScheduler() { module_->state()->scheduler = SchedulerState(); }
+
+}  // namespace traind::engine
