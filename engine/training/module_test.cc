@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <string>
@@ -772,6 +774,65 @@ TEST(ModuleTest, ExportedInferenceModelEqualsTheEvalModel) {
   EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(unknown.message()), HasSubstr("no_such_value"));
   EXPECT_TRUE(LoadModelFromFile(path).ok());
+}
+
+// The exported model runs in an independent runtime too: onnxruntime-node, when bench/setup_peers.sh has
+// installed it (bench/.peers/ort of the source tree, or ORT_NODE_DIR), agrees with the eval model.
+std::string OnnxRuntimeNodeDir(const std::string& script) {
+  if (const char* dir = std::getenv("ORT_NODE_DIR"); dir != nullptr && *dir != '\0') return dir;
+  // The script's runfile links into the source tree: <root>/engine/training/testdata/<script>.
+  std::error_code error;
+  const std::filesystem::path source = std::filesystem::canonical(script, error);
+  if (error) return "";
+  return (source.parent_path().parent_path().parent_path().parent_path() / "bench/.peers/ort").string();
+}
+
+void WriteRawFloats(const std::string& path, const Tensor& tensor) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(static_cast<const char*>(tensor.raw_data()), static_cast<std::streamsize>(tensor.byte_size()));
+}
+
+TEST(ModuleTest, ExportedModelAgreesWithOnnxRuntime) {
+  const std::string script = absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"),
+                                          "/engine/training/testdata/run_with_onnxruntime.js");
+  const std::string ort_dir = OnnxRuntimeNodeDir(script);
+  if (ort_dir.empty() || !std::filesystem::exists(ort_dir + "/node_modules/onnxruntime-node/package.json") ||
+      std::system("node --version > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "onnxruntime-node not found (looked in '" << ort_dir
+                 << "'; `bash bench/setup_peers.sh` installs it, or set ORT_NODE_DIR) or node not on PATH: "
+                    "skipping the cross-check of the exported model";
+  }
+  const GoldenCase golden = Case("cnn_bn_maxpool");
+  const Artifacts artifacts = MakeArtifacts(golden, GoldenSgdNesterov(), {"logits"});
+  auto trainer = MakeTrainer(artifacts, kGoldenSgdLearningRate);
+  ASSERT_NE(trainer, nullptr);
+  const NamedTensors batch = ReadBatch(golden.name);
+  for (int step = 0; step < 2; ++step) TrainingIteration(*trainer, batch);
+  auto eval = trainer->module->EvalStep(batch);
+  ASSERT_TRUE(eval.ok()) << eval.status();
+
+  const std::string dir = TestDir("ort");
+  ASSERT_TRUE(trainer->module->ExportModelForInferencing(dir + "/model.onnx", {"logits"}).ok());
+  const Tensor& input = batch[0].second;
+  ASSERT_EQ(batch[0].first, "input");
+  WriteRawFloats(dir + "/input.f32", input);
+  std::string dims;
+  for (int64_t dim : input.shape()) absl::StrAppend(&dims, dims.empty() ? "" : ",", dim);
+  const std::string command = absl::StrCat("node '", script, "' '", ort_dir, "' '", dir, "/model.onnx' input '", dir,
+                                           "/input.f32' ", dims, " logits '", dir, "/logits.f32' > '", dir,
+                                           "/ort.log' 2>&1");
+  const int status = std::system(command.c_str());
+  std::ifstream log(dir + "/ort.log");
+  const std::string log_text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(status, 0) << command << "\n" << log_text;
+
+  const Tensor& expected = eval->at(1).second;
+  EXPECT_EQ(log_text, absl::StrCat(expected.dim(0), ",", expected.dim(1), "\n"));
+  std::ifstream in(dir + "/logits.f32", std::ios::binary);
+  std::vector<float> logits(expected.num_elements());
+  in.read(reinterpret_cast<char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+  ASSERT_EQ(in.gcount(), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+  ExpectClose(*Tensor::FromVector<float>(expected.shape(), logits), expected, 1e-5, "onnxruntime logits");
 }
 
 TEST(ModuleTest, WithoutAnEvalModelEvalAndExportAreRefused) {
