@@ -305,6 +305,12 @@ TEST(GenerateArtifactsTest, BadOptionsAreInvalidArgument) {
   ArtifactOptions unknown_loss_output = good;
   unknown_loss_output.loss[0].output = "no_such_output";
   expect_invalid(unknown_loss_output, "unknown loss output");
+  ArtifactOptions not_an_output = good;
+  not_an_output.loss[0].output = "fc1.weight";
+  expect_invalid(not_an_output, "loss on a value that is not an output");
+  ArtifactOptions target_collides = good;
+  target_collides.loss[0].target = "input";
+  expect_invalid(target_collides, "target named like a model input");
   ArtifactOptions bad_nesterov = good;
   bad_nesterov.optimizer.kind = OptimizerKind::kSgd;
   bad_nesterov.optimizer.nesterov = true;
@@ -775,6 +781,18 @@ TEST(TrainingModelTest, OpsetsWithoutATrainingModeAreUnimplemented) {
   const absl::Status refused = GenerateArtifacts(*opset11, options).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(refused.message().find("Dropout"), std::string::npos) << refused;
+}
+
+// A model value named like something the artifacts add is refused, not silently shadowed.
+TEST(GenerateArtifactsTest, ReservedNamesAreInvalidArgument) {
+  onnx::ModelProto model = ElementwiseModel({"w"}, {{3}});
+  model.mutable_graph()->mutable_output(0)->set_name(kLossName);
+  model.mutable_graph()->mutable_node(0)->set_output(0, kLossName);
+  auto forward = LoadModelFromBytes(model.SerializeAsString());
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  ArtifactOptions options;
+  options.loss = {{LossKind::kMeanSquaredError, kLossName, "target", 1.0f}};
+  EXPECT_EQ(GenerateArtifacts(*forward, options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // ---- Gradient coverage ----
