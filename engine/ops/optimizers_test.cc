@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "engine/model/model_loader.h"
+#include "engine/model/traind_schemas.h"
 #include "engine/runtime/plan.h"
 #include "engine/testing/op_tester.h"
 #include "gtest/gtest.h"
@@ -331,6 +332,168 @@ TEST(OptimizerDomainTest, TrainingDomainModelLoadsAndCompiles) {
   model.mutable_opset_import(0)->set_version(2);
   auto refused = LoadModelFromBytes(model.SerializeAsString());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented) << refused.status();
+}
+
+// ---- traind AdamW / SGD (ai.traind.training) ----
+// Their PyTorch references are trajectories of torch.optim (engine/training/artifacts_test.cc, through the optimizer
+// model); these tests cover what a single node shows: where SGD meets ONNX's Momentum, the non-finite skip, the
+// clipping scale and the errors.
+
+OpTester SgdCase(float momentum, float dampening, bool nesterov, int64_t step, std::vector<float> v) {
+  OpTester test("SGD", 1, kTraindTrainingDomain);
+  test.AddAttribute("momentum", momentum)
+      .AddAttribute("dampening", dampening)
+      .AddAttribute("nesterov", int64_t{nesterov ? 1 : 0})
+      .AddAttribute("weight_decay", 0.01f)
+      .AddInput<float>("lr", {}, {0.1f})
+      .AddInput<int64_t>("step", {}, {step})
+      .AddInput<float>("X", {4}, {1.2f, -2.8f, 0.5f, 3})
+      .AddInput<float>("G", {4}, {-0.94f, 2.5f, 0.125f, -1})
+      .AddInput<float>("V", {4}, v)
+      .AddOutput<uint8_t>("skipped", {}, {0}, DataType::kBool)
+      .AddOutput<float>("X_new", {4}, {0, 0, 0, 0})
+      .AddOutput<float>("V_new", {4}, {0, 0, 0, 0});
+  return test;
+}
+
+// SGD at step t equals ONNX Momentum(alpha = momentum, beta = 1 - dampening, norm_coefficient = weight_decay) at
+// T = t - 1, given a zero buffer before the first step (at T = 0 ONNX takes beta = 1: torch's buffer = gradient).
+TEST(TraindSgdTest, CoincidesWithOnnxMomentumAtTEqualsStepMinusOne) {
+  for (bool nesterov : {false, true}) {
+    for (int64_t step : {1, 2, 5}) {
+      const float dampening = nesterov ? 0.0f : 0.25f;
+      const std::vector<float> v = step == 1 ? std::vector<float>{0, 0, 0, 0} : std::vector<float>{0.5f, -1, 2, 0.1f};
+      auto sgd = SgdCase(0.9f, dampening, nesterov, step, v).RunRaw();
+      ASSERT_TRUE(sgd.ok()) << sgd.status();
+      auto momentum = OpTester("Momentum", 1, kDomain)
+                          .AddAttribute("alpha", 0.9f)
+                          .AddAttribute("beta", 1.0f - dampening)
+                          .AddAttribute("norm_coefficient", 0.01f)
+                          .AddAttribute("mode", std::string(nesterov ? "nesterov" : "standard"))
+                          .AddInput<float>("R", {}, {0.1f})
+                          .AddInput<int64_t>("T", {}, {step - 1})
+                          .AddInput<float>("X", {4}, {1.2f, -2.8f, 0.5f, 3})
+                          .AddInput<float>("G", {4}, {-0.94f, 2.5f, 0.125f, -1})
+                          .AddInput<float>("V", {4}, v)
+                          .AddOutput<float>("X_new", {4}, {0, 0, 0, 0})
+                          .AddOutput<float>("V_new", {4}, {0, 0, 0, 0})
+                          .RunRaw();
+      ASSERT_TRUE(momentum.ok()) << momentum.status();
+      EXPECT_EQ((*sgd)[0].data<uint8_t>()[0], 0);
+      for (int output = 0; output < 2; ++output) {
+        for (int i = 0; i < 4; ++i) {
+          EXPECT_NEAR((*sgd)[1 + output].data<float>()[i], (*momentum)[output].data<float>()[i], 1e-6)
+              << "nesterov " << nesterov << " step " << step << " output " << output << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+// torch.optim.SGD's first step takes the gradient as the buffer, whatever the state input holds.
+TEST(TraindSgdTest, FirstStepIgnoresTheStateInput) {
+  auto from_zero = SgdCase(0.9f, 0.0f, false, 1, {0, 0, 0, 0}).RunRaw();
+  auto from_garbage = SgdCase(0.9f, 0.0f, false, 1, {7, 7, 7, 7}).RunRaw();
+  ASSERT_TRUE(from_zero.ok() && from_garbage.ok());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ((*from_zero)[1].data<float>()[i], (*from_garbage)[1].data<float>()[i]);
+}
+
+// Plain SGD, with global-norm clipping: the gradients of both parameters are scaled by max_norm / (|g| + 1e-6),
+// |g| = sqrt(3^2 + 4^2 + 12^2) = 13. X' = X - lr * g * 6.5 / (13 + 1e-6).
+TEST(TraindSgdTest, ClipsTheGlobalGradientNorm) {
+  const float scale = 6.5f / (13.0f + 1e-6f);
+  OpTester("SGD", 1, kTraindTrainingDomain)
+      .AddAttribute("max_grad_norm", 6.5f)
+      .AddInput<float>("lr", {}, {0.5f})
+      .AddInput<int64_t>("step", {}, {3})
+      .AddInput<float>("X1", {2}, {1, 1})
+      .AddInput<float>("G1", {2}, {3, 4})
+      .AddInput<float>("X2", {1}, {0})
+      .AddInput<float>("G2", {1}, {-12})
+      .AddOutput<uint8_t>("skipped", {}, {0}, DataType::kBool)
+      .AddOutput<float>("X1_new", {2}, {1 - 0.5f * 3 * scale, 1 - 0.5f * 4 * scale})
+      .AddOutput<float>("X2_new", {1}, {0.5f * 12 * scale})
+      .SetTolerance(1e-6, 0)
+      .Run();
+  // Below max_norm nothing is scaled.
+  OpTester("SGD", 1, kTraindTrainingDomain)
+      .AddAttribute("max_grad_norm", 100.0f)
+      .AddInput<float>("lr", {}, {0.5f})
+      .AddInput<int64_t>("step", {}, {3})
+      .AddInput<float>("X1", {2}, {1, 1})
+      .AddInput<float>("G1", {2}, {3, 4})
+      .AddOutput<uint8_t>("skipped", {}, {0}, DataType::kBool)
+      .AddOutput<float>("X1_new", {2}, {-0.5f, -1})
+      .SetTolerance(0, 0)
+      .Run();
+}
+
+TEST(TraindAdamWTest, NonFiniteGradientSkipsAndPassesEverythingThrough) {
+  OpTester("AdamW", 1, kTraindTrainingDomain)
+      .AddAttribute("weight_decay", 0.1f)
+      .AddInput<float>("lr", {}, {0.1f})
+      .AddInput<int64_t>("step", {}, {2})
+      .AddInput<float>("X", {2}, {1, 2})
+      .AddInput<float>("G", {2}, {0.5f, std::nanf("")})
+      .AddInput<float>("M", {2}, {0.25f, 0.5f})
+      .AddInput<float>("V", {2}, {1, 3})
+      .AddOutput<uint8_t>("skipped", {}, {1}, DataType::kBool)
+      .AddOutput<float>("X_new", {2}, {1, 2})
+      .AddOutput<float>("M_new", {2}, {0.25f, 0.5f})
+      .AddOutput<float>("V_new", {2}, {1, 3})
+      .SetTolerance(0, 0)
+      .Run();
+}
+
+TEST(TraindAdamWTest, RejectsBadStepsShapesAndArity) {
+  auto make = [](int64_t step, Shape gradient_shape) {
+    OpTester test("AdamW", 1, kTraindTrainingDomain);
+    test.AddInput<float>("lr", {}, {0.1f})
+        .AddInput<int64_t>("step", {}, {step})
+        .AddInput<float>("X", {2}, {1, 2})
+        .AddInput<float>("G", gradient_shape, std::vector<float>(ElementCount(gradient_shape).value_or(0), 1.0f))
+        .AddInput<float>("M", {2}, {0, 0})
+        .AddInput<float>("V", {2}, {0, 0})
+        .AddOutput<uint8_t>("skipped", {}, {0}, DataType::kBool)
+        .AddOutput<float>("X_new", {2}, {0, 0})
+        .AddOutput<float>("M_new", {2}, {0, 0})
+        .AddOutput<float>("V_new", {2}, {0, 0});
+    return test.RunRaw().status();
+  };
+  EXPECT_TRUE(make(1, {2}).ok());
+  EXPECT_EQ(make(0, {2}).code(), absl::StatusCode::kInvalidArgument);  // steps are 1-based
+  EXPECT_EQ(make(1, {3}).code(), absl::StatusCode::kInvalidArgument);
+  // Arity: four tensors per parameter after lr and step, and 1 + 3 outputs per parameter.
+  auto arity = OpTester("AdamW", 1, kTraindTrainingDomain)
+                   .AddInput<float>("lr", {}, {0.1f})
+                   .AddInput<int64_t>("step", {}, {1})
+                   .AddInput<float>("X", {2}, {1, 2})
+                   .AddInput<float>("G", {2}, {1, 2})
+                   .AddInput<float>("M", {2}, {0, 0})
+                   .AddOutput<uint8_t>("skipped", {}, {0}, DataType::kBool)
+                   .AddOutput<float>("X_new", {2}, {0, 0})
+                   .RunRaw();
+  EXPECT_EQ(arity.status().code(), absl::StatusCode::kInvalidArgument) << arity.status();
+  auto nesterov = SgdCase(0.9f, 0.5f, true, 1, {0, 0, 0, 0}).RunRaw();
+  EXPECT_EQ(nesterov.status().code(), absl::StatusCode::kInvalidArgument) << nesterov.status();
+}
+
+// The schemas let the checker and strict shape inference validate optimizer nodes, arity included.
+TEST(TraindOptimizerSchemaTest, CheckerAcceptsValidNodesAndRejectsBadArity) {
+  OpTester test = SgdCase(0.9f, 0.0f, true, 2, {0, 0, 0, 0});
+  ASSERT_TRUE(test.RunRaw().ok());
+  onnx::ModelProto model = test.model();
+  auto* ai_onnx = model.add_opset_import();
+  ai_onnx->set_domain("");
+  ai_onnx->set_version(17);
+  auto loaded = LoadModelFromBytes(model.SerializeAsString());
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  // Without momentum SGD keeps no state: the same node then has one input and one output too many.
+  for (auto& attribute : *model.mutable_graph()->mutable_node(0)->mutable_attribute()) {
+    if (attribute.name() == "momentum") attribute.set_f(0.0f);
+    if (attribute.name() == "nesterov") attribute.set_i(0);
+  }
+  EXPECT_FALSE(LoadModelFromBytes(model.SerializeAsString()).ok());
 }
 
 }  // namespace

@@ -151,6 +151,35 @@ absl::Status ValidateOptions(const onnx::ModelProto& forward, const ArtifactOpti
   for (const auto& input : forward.graph().input()) values.insert(input.name());
   for (const auto& initializer : forward.graph().initializer()) values.insert(initializer.name());
   for (const auto& node : forward.graph().node()) values.insert(node.output().begin(), node.output().end());
+  for (const LossTerm& term : options.loss) {
+    bool is_output = false;
+    for (const auto& output : forward.graph().output()) is_output |= output.name() == term.output;
+    if (!is_output) {
+      return absl::InvalidArgumentError(absl::StrCat("the loss reads '", term.output, "', which is not a model output"));
+    }
+    if (term.target.empty() || values.contains(term.target)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("loss target name '", term.target, "' is empty or already names a value of the model"));
+    }
+  }
+  // The names the artifacts add must be free.
+  for (const std::string& reserved : {std::string(kLossName), std::string(kLazyResetGradName),
+                                      std::string(kDropoutTrainingModeName)}) {
+    if (values.contains(reserved)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the model already has a value named '", reserved, "', a name the artifacts reserve"));
+    }
+  }
+  for (const auto& initializer : forward.graph().initializer()) {
+    for (const std::string& added :
+         {GradientAccumulationBufferName(initializer.name()), GradientAccumulationOutputName(initializer.name()),
+          RunningStatisticOutputName(initializer.name()), GradientName(initializer.name())}) {
+      if (values.contains(added)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the model already has a value named '", added, "', a name the artifacts reserve"));
+      }
+    }
+  }
   std::set<std::string> seen;
   for (const std::string& name : options.additional_output_names) {
     if (name.empty() || !values.contains(name)) {

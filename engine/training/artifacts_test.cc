@@ -305,6 +305,12 @@ TEST(GenerateArtifactsTest, BadOptionsAreInvalidArgument) {
   ArtifactOptions unknown_loss_output = good;
   unknown_loss_output.loss[0].output = "no_such_output";
   expect_invalid(unknown_loss_output, "unknown loss output");
+  ArtifactOptions not_an_output = good;
+  not_an_output.loss[0].output = "fc1.weight";
+  expect_invalid(not_an_output, "loss on a value that is not an output");
+  ArtifactOptions target_collides = good;
+  target_collides.loss[0].target = "input";
+  expect_invalid(target_collides, "target named like a model input");
   ArtifactOptions bad_nesterov = good;
   bad_nesterov.optimizer.kind = OptimizerKind::kSgd;
   bad_nesterov.optimizer.nesterov = true;
@@ -714,6 +720,79 @@ TEST(TrainingModelTest, RunningStatisticsMatchPyTorchBuffers) {
     ASSERT_TRUE(results.count(RunningStatisticOutputName(statistic))) << statistic;
     EXPECT_LT(RelativeError(results.at(RunningStatisticOutputName(statistic)), *expected), 1e-5) << statistic;
   }
+}
+
+// A forward model exported in eval mode (BatchNormalization without training_mode and with one output) trains in
+// training mode all the same: its gradients are PyTorch's train-mode gradients.
+TEST(TrainingModelTest, EvalModeExportTrainsInTrainingMode) {
+  const std::string dir = GoldenDir() + "/cnn_bn_maxpool";
+  auto forward = LoadModelFromFile(dir + "/model.onnx");
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  for (auto& node : *forward->mutable_graph()->mutable_node()) {
+    if (node.op_type() != "BatchNormalization") continue;
+    node.mutable_output()->DeleteSubrange(1, node.output_size() - 1);
+    node.clear_attribute();
+  }
+  auto eval_form = LoadModelFromBytes(forward->SerializeAsString());
+  ASSERT_TRUE(eval_form.ok()) << eval_form.status();
+  ArtifactOptions options;
+  options.loss = {CrossEntropy()};
+  auto artifacts = GenerateArtifacts(*eval_form, options);
+  ASSERT_TRUE(artifacts.ok()) << artifacts.status();
+  auto session = Session::Create(artifacts->training_model);
+  ASSERT_TRUE(session.ok()) << session.status();
+  std::map<std::string, Tensor> buffers;
+  for (const std::string& parameter : artifacts->trainable) {
+    for (const Parameter& p : artifacts->checkpoint.parameters) {
+      if (p.name == parameter) buffers[GradientAccumulationBufferName(parameter)] = ZerosLike(p.data);
+    }
+  }
+  auto outputs =
+      session.value()->Run(Feeds(artifacts->training_model, ReadBatch(dir), artifacts->checkpoint, buffers, true));
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  std::map<std::string, Tensor> results = ByName(*outputs);
+  for (const std::string& parameter : artifacts->trainable) {
+    auto expected = ReadNpy(dir + "/ref/grads/" + parameter + ".npy");
+    ASSERT_TRUE(expected.ok()) << parameter;
+    EXPECT_LT(RelativeError(results.at(GradientAccumulationOutputName(parameter)), *expected), 1e-4) << parameter;
+  }
+  EXPECT_TRUE(results.count(RunningStatisticOutputName("bn.running_var")));
+}
+
+// Training-mode BatchNormalization needs opset 14 (training_mode); Dropout needs opset 12 (its training_mode input).
+TEST(TrainingModelTest, OpsetsWithoutATrainingModeAreUnimplemented) {
+  onnx::ModelProto model = ElementwiseModel({"w"}, {{2, 3}});
+  model.mutable_opset_import(0)->set_version(13);
+  onnx::GraphProto* graph = model.mutable_graph();
+  graph->mutable_output(0)->set_name("y");
+  onnx::NodeProto* dropout = graph->add_node();
+  dropout->set_op_type("Dropout");
+  dropout->set_name("dropout");
+  dropout->add_input("out0");
+  dropout->add_output("y");
+  ArtifactOptions options;
+  options.loss = {{LossKind::kMeanSquaredError, "y", "target", 1.0f}};
+  auto opset13 = LoadModelFromBytes(model.SerializeAsString());
+  ASSERT_TRUE(opset13.ok()) << opset13.status();
+  EXPECT_TRUE(GenerateArtifacts(*opset13, options).ok());  // Dropout has training_mode since opset 12
+  model.mutable_opset_import(0)->set_version(11);
+  auto opset11 = LoadModelFromBytes(model.SerializeAsString());
+  ASSERT_TRUE(opset11.ok()) << opset11.status();
+  const absl::Status refused = GenerateArtifacts(*opset11, options).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(refused.message().find("Dropout"), std::string::npos) << refused;
+}
+
+// A model value named like something the artifacts add is refused, not silently shadowed.
+TEST(GenerateArtifactsTest, ReservedNamesAreInvalidArgument) {
+  onnx::ModelProto model = ElementwiseModel({"w"}, {{3}});
+  model.mutable_graph()->mutable_output(0)->set_name(kLossName);
+  model.mutable_graph()->mutable_node(0)->set_output(0, kLossName);
+  auto forward = LoadModelFromBytes(model.SerializeAsString());
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  ArtifactOptions options;
+  options.loss = {{LossKind::kMeanSquaredError, kLossName, "target", 1.0f}};
+  EXPECT_EQ(GenerateArtifacts(*forward, options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // ---- Gradient coverage ----
