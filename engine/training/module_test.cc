@@ -228,6 +228,9 @@ const Parameter& ParameterNamed(const CheckpointState& state, const std::string&
 struct TrajectoryCase {
   std::string name;
   bool adamw;
+  // ONNX's ai.onnx.preview.training Momentum instead of the fused op: the same interface, and torch.optim.SGD's
+  // arithmetic exactly (artifacts.h), so the same trajectory.
+  bool onnx_standard_op = false;
 };
 
 class GoldenTrajectoryTest : public ::testing::TestWithParam<TrajectoryCase> {};
@@ -236,7 +239,9 @@ class GoldenTrajectoryTest : public ::testing::TestWithParam<TrajectoryCase> {};
 // the last), as tests/golden/training_golden_test.cc checks for the hand-written loop.
 TEST_P(GoldenTrajectoryTest, FollowsPyTorch) {
   const GoldenCase golden = Case(GetParam().name);
-  const Artifacts artifacts = MakeArtifacts(golden, GetParam().adamw ? GoldenAdamW() : GoldenSgdNesterov());
+  OptimizerSpec spec = GetParam().adamw ? GoldenAdamW() : GoldenSgdNesterov();
+  spec.onnx_standard_op = GetParam().onnx_standard_op;
+  const Artifacts artifacts = MakeArtifacts(golden, spec);
   auto trainer = MakeTrainer(artifacts, GetParam().adamw ? kGoldenAdamWLearningRate : kGoldenSgdLearningRate);
   ASSERT_NE(trainer, nullptr);
   const NamedTensors batch = ReadBatch(golden.name);
@@ -282,9 +287,12 @@ INSTANTIATE_TEST_SUITE_P(Golden, GoldenTrajectoryTest,
                                            TrajectoryCase{"transformer_encoder", true},
                                            TrajectoryCase{"transformer_encoder", false},
                                            TrajectoryCase{"two_head_weighted_mse", true},
-                                           TrajectoryCase{"two_head_weighted_mse", false}),
+                                           TrajectoryCase{"two_head_weighted_mse", false},
+                                           TrajectoryCase{"mlp", false, true},
+                                           TrajectoryCase{"cnn_bn_maxpool", false, true}),
                          [](const ::testing::TestParamInfo<TrajectoryCase>& info) {
-                           return info.param.name + (info.param.adamw ? "_adamw" : "_sgd_nesterov");
+                           return info.param.name + (info.param.adamw ? "_adamw" : "_sgd_nesterov") +
+                                  (info.param.onnx_standard_op ? "_onnx_momentum" : "");
                          });
 
 // ---- Gradients ----
