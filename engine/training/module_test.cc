@@ -502,6 +502,17 @@ TEST(OptimizerTest, SchedulerSetsTheLearningRateOfEachStep) {
 
   EXPECT_EQ(trainer->optimizer->SetLearningRate(-1.0f).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(trainer->optimizer->SetLearningRate(NAN).code(), absl::StatusCode::kInvalidArgument);
+
+  // Plain SGD keeps no per-parameter state; its group still round-trips through a checkpoint.
+  const std::string path = TestDir("plain_sgd") + "/checkpoint";
+  ASSERT_TRUE(SaveCheckpoint(path, trainer->state).ok());
+  auto loaded = LoadCheckpoint(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE(loaded->optimizer.has_value());
+  EXPECT_EQ(loaded->optimizer->group.step, 5);
+  EXPECT_EQ(loaded->optimizer->group.learning_rate, 0.25f);
+  EXPECT_EQ(loaded->optimizer->group.initial_learning_rate, 0.1f);
+  EXPECT_TRUE(loaded->scheduler.kind.empty());
 }
 
 // Save -> load -> resume (new Module and Optimizer from the files WriteArtifacts wrote) gives exactly the
