@@ -29,7 +29,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -151,7 +150,7 @@ class Module {
   std::vector<std::pair<int, int>> running_statistic_outputs_;
 };
 
-// What OptimizerStep returns.
+// What Optimizer::Step returns.
 struct OptimizerStepResult {
   // True when the step was skipped because a loss or gradient was not finite: parameters, optimizer state, step
   // count and learning rate are unchanged. The caller decides what to do (lower the learning rate, drop the batch).

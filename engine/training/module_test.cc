@@ -513,6 +513,12 @@ TEST(OptimizerTest, SchedulerSetsTheLearningRateOfEachStep) {
   EXPECT_EQ(loaded->optimizer->group.learning_rate, 0.25f);
   EXPECT_EQ(loaded->optimizer->group.initial_learning_rate, 0.1f);
   EXPECT_TRUE(loaded->scheduler.kind.empty());
+
+  // Schedulers scale the initial learning rate, from the current step on.
+  ASSERT_TRUE(trainer->optimizer->SetInitialLearningRate(0.2f).ok());
+  EXPECT_EQ(trainer->optimizer->GetLearningRate(), 0.2f);
+  ASSERT_TRUE(trainer->optimizer->SetScheduler(*LearningRateScheduler::Step(/*step_size=*/2, /*gamma=*/0.5f)).ok());
+  EXPECT_EQ(trainer->optimizer->GetLearningRate(), 0.2f * 0.25f);  // 5 steps taken: gamma^2
 }
 
 // Save -> load -> resume (new Module and Optimizer from the files WriteArtifacts wrote) gives exactly the
