@@ -1,5 +1,6 @@
 #include "engine/training/module.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
