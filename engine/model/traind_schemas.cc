@@ -53,8 +53,8 @@ void OptimizerShapeInference(onnx::InferenceContext& context, int states) {
   }
   const int parameters = variadic / group_in;
   if (static_cast<int>(context.getNumOutputs()) != 1 + parameters * group_out) {
-    fail_shape_inference("expected skipped, then ", group_out, " outputs per parameter; got ",
-                         context.getNumOutputs(), " outputs for ", parameters, " parameters");
+    fail_shape_inference("expected skipped, then ", group_out, " outputs per parameter; got ", context.getNumOutputs(),
+                         " outputs for ", parameters, " parameters");
   }
   for (size_t scalar = 0; scalar < 2; ++scalar) {
     if (onnx::hasInputShape(context, scalar) && context.getInputType(scalar)->tensor_type().shape().dim_size() != 0) {
@@ -83,8 +83,7 @@ onnx::OpSchema& OptimizerSignature(onnx::OpSchema& schema, const char* name, con
       .Input(1, "step", "Scalar: the 1-based number of the step being taken.", "tensor(int64)")
       .Input(2, "tensors", "Per parameter: the parameter, its gradient, then its state tensors.", "T",
              onnx::OpSchema::Variadic)
-      .Output(0, "skipped", "True when a gradient was not finite: then every output equals its input.",
-              "tensor(bool)")
+      .Output(0, "skipped", "True when a gradient was not finite: then every output equals its input.", "tensor(bool)")
       .Output(1, "updated", "Per parameter: the new parameter, then its new state tensors.", "T",
               onnx::OpSchema::Variadic)
       .Attr("max_grad_norm",

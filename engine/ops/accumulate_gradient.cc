@@ -24,10 +24,10 @@ class AccumulateGradientKernel final : public Kernel {
                                                      ShapeToString(reset->shape())));
     }
     if (buffer->dtype() != gradient->dtype() || buffer->shape() != gradient->shape()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "AccumulateGradient: the buffer (", DataTypeName(buffer->dtype()), " ", ShapeToString(buffer->shape()),
-          ") must have the gradient's type and shape (", DataTypeName(gradient->dtype()), " ",
-          ShapeToString(gradient->shape()), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("AccumulateGradient: the buffer (", DataTypeName(buffer->dtype()), " ",
+                       ShapeToString(buffer->shape()), ") must have the gradient's type and shape (",
+                       DataTypeName(gradient->dtype()), " ", ShapeToString(gradient->shape()), ")"));
     }
     if (*reset->data<uint8_t>() != 0) {
       context.SetOutput(0, *gradient);

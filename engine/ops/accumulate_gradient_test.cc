@@ -81,7 +81,13 @@ TEST(AccumulateGradientTest, SchemaPassesCheckerAndStrictShapeInference) {
   auto loaded = LoadModelFromBytes(model.SerializeAsString());
   EXPECT_TRUE(loaded.ok()) << loaded.status();
   // A wrong declared output shape is caught by the schema's shape inference.
-  model.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1)->set_dim_value(4);
+  model.mutable_graph()
+      ->mutable_output(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(1)
+      ->set_dim_value(4);
   EXPECT_FALSE(LoadModelFromBytes(model.SerializeAsString()).ok());
 }
 

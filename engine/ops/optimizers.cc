@@ -343,7 +343,6 @@ class AdagradKernel final : public Kernel {
   float decay_factor_, epsilon_, norm_coefficient_;
 };
 
-
 // ---- AdamW / SGD (ai.traind.training) ----
 
 // Gradients are summed in chunks of this many elements (fixed, so the norm does not depend on the thread
@@ -500,8 +499,8 @@ absl::StatusOr<int> CountFusedParameters(const KernelInit& init, int states) {
   const int group = 2 + states;
   const int variadic = init.num_inputs() - 2;
   if (variadic <= 0 || variadic % group != 0) {
-    return init.Error(absl::StrCat("expects inputs learning_rate, step, then ", group,
-                                   " tensors per parameter; got ", init.num_inputs(), " inputs"));
+    return init.Error(absl::StrCat("expects inputs learning_rate, step, then ", group, " tensors per parameter; got ",
+                                   init.num_inputs(), " inputs"));
   }
   const int n = variadic / group;
   if (init.num_outputs() != 1 + n * (1 + states)) {

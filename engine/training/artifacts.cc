@@ -155,7 +155,8 @@ absl::Status ValidateOptions(const onnx::ModelProto& forward, const ArtifactOpti
     bool is_output = false;
     for (const auto& output : forward.graph().output()) is_output |= output.name() == term.output;
     if (!is_output) {
-      return absl::InvalidArgumentError(absl::StrCat("the loss reads '", term.output, "', which is not a model output"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the loss reads '", term.output, "', which is not a model output"));
     }
     if (term.target.empty() || values.contains(term.target)) {
       return absl::InvalidArgumentError(
@@ -163,8 +164,8 @@ absl::Status ValidateOptions(const onnx::ModelProto& forward, const ArtifactOpti
     }
   }
   // The names the artifacts add must be free.
-  for (const std::string& reserved : {std::string(kLossName), std::string(kLazyResetGradName),
-                                      std::string(kDropoutTrainingModeName)}) {
+  for (const std::string& reserved :
+       {std::string(kLossName), std::string(kLazyResetGradName), std::string(kDropoutTrainingModeName)}) {
     if (values.contains(reserved)) {
       return absl::InvalidArgumentError(
           absl::StrCat("the model already has a value named '", reserved, "', a name the artifacts reserve"));
@@ -336,8 +337,7 @@ absl::StatusOr<std::vector<RunningStatisticUpdate>> SwitchToTrainingMode(onnx::M
     if (IsBatchNormalization(*node)) {
       if (opset < 14) {
         return absl::UnimplementedError(absl::StrCat("training BatchNormalization node '", node->name(),
-                                                     "' needs ai.onnx opset 14 or later; the model imports ",
-                                                     opset));
+                                                     "' needs ai.onnx opset 14 or later; the model imports ", opset));
       }
       if (node->input_size() != 5) {
         return absl::InvalidArgumentError(
@@ -371,8 +371,8 @@ absl::StatusOr<std::vector<RunningStatisticUpdate>> SwitchToTrainingMode(onnx::M
   std::set<std::string> seen;
   for (const auto& update : updates) {
     if (!seen.insert(update.statistic).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "running statistic '", update.statistic, "' is shared by several BatchNormalization nodes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("running statistic '", update.statistic, "' is shared by several BatchNormalization nodes"));
     }
   }
   return updates;
@@ -389,9 +389,9 @@ absl::Status SwitchToEvalMode(onnx::ModelProto* model) {
     if (IsBatchNormalization(node)) {
       for (int i = 1; i < node.output_size(); ++i) {
         if (!node.output(i).empty() && consumed.contains(node.output(i))) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("BatchNormalization node '", node.name(), "' exposes its running statistic '",
-                           node.output(i), "', which has no value in evaluation mode"));
+          return absl::InvalidArgumentError(absl::StrCat("BatchNormalization node '", node.name(),
+                                                         "' exposes its running statistic '", node.output(i),
+                                                         "', which has no value in evaluation mode"));
         }
       }
       if (node.output_size() > 1) node.mutable_output()->DeleteSubrange(1, node.output_size() - 1);
@@ -498,8 +498,7 @@ void EmitUnbiasedVariance(GraphEditor& editor, const RunningStatisticUpdate& upd
   editor.Node("Div", {size, editor.Temp("channels")}, {editor.Temp("per_channel")});
   SetIntAttribute(editor.Node("Cast", {editor.Temp("per_channel")}, {editor.Temp("n")}), "to", elem_type);
   editor.Node("Sub", {editor.Temp("n"), editor.Scalar("one", elem_type, 1.0)}, {editor.Temp("n_minus_1")});
-  editor.Node("Mul", {update.statistic, editor.Scalar("momentum", elem_type, update.momentum)},
-              {editor.Temp("kept")});
+  editor.Node("Mul", {update.statistic, editor.Scalar("momentum", elem_type, update.momentum)}, {editor.Temp("kept")});
   editor.Node("Sub", {update.updated, editor.Temp("kept")}, {editor.Temp("blended_biased")});
   editor.Node("Div", {editor.Temp("blended_biased"), editor.Temp("n_minus_1")}, {editor.Temp("correction")});
   editor.Node("Add", {update.updated, editor.Temp("correction")}, {output});
@@ -632,7 +631,8 @@ absl::StatusOr<onnx::ModelProto> BuildOnnxOptimizerModel(const onnx::ModelProto&
     const onnx::TypeProto& type = types.at(parameter);
     *graph->add_input() = MakeValueInfo(parameter, type);
     *graph->add_input() = MakeValueInfo(GradientName(parameter), type);
-    for (const std::string& state : states) *graph->add_input() = MakeValueInfo(OptimizerStateName(parameter, state), type);
+    for (const std::string& state : states)
+      *graph->add_input() = MakeValueInfo(OptimizerStateName(parameter, state), type);
     squares.push_back(editor.Temp(GradientName(parameter) + "/sum_of_squares"));
     SetIntAttribute(editor.Node("ReduceSumSquare", {GradientName(parameter)}, {squares.back()}), "keepdims", 0);
   }
@@ -647,8 +647,8 @@ absl::StatusOr<onnx::ModelProto> BuildOnnxOptimizerModel(const onnx::ModelProto&
     editor.Node("Sqrt", {total}, {editor.Temp("norm")});
     editor.Node("Add", {editor.Temp("norm"), editor.Scalar("norm_eps", onnx::TensorProto::FLOAT, 1e-6)},
                 {editor.Temp("norm_plus_eps")});
-    editor.Node("Div", {editor.Scalar("max_norm", onnx::TensorProto::FLOAT, spec.max_grad_norm),
-                        editor.Temp("norm_plus_eps")},
+    editor.Node("Div",
+                {editor.Scalar("max_norm", onnx::TensorProto::FLOAT, spec.max_grad_norm), editor.Temp("norm_plus_eps")},
                 {editor.Temp("clip")});
     gradient_scale = editor.Temp("clip_clamped");
     editor.Node("Min", {editor.Temp("clip"), editor.Scalar("one", onnx::TensorProto::FLOAT, 1.0)}, {gradient_scale});
@@ -674,7 +674,8 @@ absl::StatusOr<onnx::ModelProto> BuildOnnxOptimizerModel(const onnx::ModelProto&
   }
   for (const auto& group : groups) inputs.insert(inputs.end(), group.begin(), group.end());
   std::vector<std::string> old_values = groups[0];
-  for (size_t s = 0; s < states.size(); ++s) old_values.insert(old_values.end(), groups[2 + s].begin(), groups[2 + s].end());
+  for (size_t s = 0; s < states.size(); ++s)
+    old_values.insert(old_values.end(), groups[2 + s].begin(), groups[2 + s].end());
   std::vector<std::string> new_values;
   for (const std::string& value : old_values) new_values.push_back(editor.Temp(value + "/new"));
   onnx::NodeProto* node = editor.Node(adam ? "Adam" : "Momentum", inputs, new_values, kOnnxPreviewTrainingDomain);
@@ -717,9 +718,8 @@ absl::StatusOr<onnx::ModelProto> BuildFusedOptimizerModel(const onnx::ModelProto
   *graph->add_input() = MakeValueInfo(kLearningRateName, ScalarType(onnx::TensorProto::FLOAT));
   *graph->add_input() = MakeValueInfo(kStepName, ScalarType(onnx::TensorProto::INT64));
   GraphEditor editor(graph, "");
-  onnx::NodeProto* node =
-      editor.Node(spec.kind == OptimizerKind::kAdamW ? "AdamW" : "SGD", {kLearningRateName, kStepName},
-                  {kSkippedName}, kTraindTrainingDomain);
+  onnx::NodeProto* node = editor.Node(spec.kind == OptimizerKind::kAdamW ? "AdamW" : "SGD",
+                                      {kLearningRateName, kStepName}, {kSkippedName}, kTraindTrainingDomain);
   node->set_name("optimizer");
   for (const std::string& parameter : parameters.trainable) {
     const onnx::TypeProto& type = types.at(parameter);
@@ -811,8 +811,7 @@ GradientCoverageReport AnalyzeCoverage(const onnx::ModelProto& forward, const st
     const onnx::NodeProto& node = graph.node(n);
     const std::string domain = node.domain() == "ai.onnx" ? "" : node.domain();
     const auto key = std::make_pair(domain, node.op_type());
-    const OpRegistration* registration =
-        registry.Find(domain, node.op_type(), DomainOpset(forward, domain));
+    const OpRegistration* registration = registry.Find(domain, node.op_type(), DomainOpset(forward, domain));
     OpCoverage& op = ops[key];
     op.domain = domain.empty() ? "ai.onnx" : domain;
     op.op_type = node.op_type();
@@ -887,9 +886,9 @@ absl::StatusOr<Artifacts> GenerateArtifacts(const onnx::ModelProto& forward, con
   Artifacts artifacts;
   artifacts.coverage = AnalyzeCoverage(forward, parameters.trainable, options.loss, types);
   if (!artifacts.coverage.complete()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "some trainable parameters get no gradient: ops on their path have no gradient rule\n",
-        artifacts.coverage.ToText()));
+    return absl::UnimplementedError(
+        absl::StrCat("some trainable parameters get no gradient: ops on their path have no gradient rule\n",
+                     artifacts.coverage.ToText()));
   }
   artifacts.trainable = parameters.trainable;
   TRAIND_ASSIGN_OR_RETURN(artifacts.training_model, BuildTrainingModel(forward, options, parameters, types));
@@ -898,12 +897,13 @@ absl::StatusOr<Artifacts> GenerateArtifacts(const onnx::ModelProto& forward, con
                           BuildOptimizerModel(forward, options.optimizer, parameters, types));
   TRAIND_ASSIGN_OR_RETURN(artifacts.checkpoint, BuildCheckpoint(parameters));
   // The contract promises models the loader accepts; a failure here is a bug of this file, not of the input.
-  for (const auto& [name, model] : {std::make_pair("training", &artifacts.training_model),
-                                    std::make_pair("eval", &artifacts.eval_model),
-                                    std::make_pair("optimizer", &artifacts.optimizer_model)}) {
+  for (const auto& [name, model] :
+       {std::make_pair("training", &artifacts.training_model), std::make_pair("eval", &artifacts.eval_model),
+        std::make_pair("optimizer", &artifacts.optimizer_model)}) {
     absl::StatusOr<onnx::ModelProto> loaded = LoadModelFromBytes(model->SerializeAsString());
     if (!loaded.ok()) {
-      return absl::InternalError(absl::StrCat("the generated ", name, " model is invalid: ", loaded.status().message()));
+      return absl::InternalError(
+          absl::StrCat("the generated ", name, " model is invalid: ", loaded.status().message()));
     }
   }
   return artifacts;

@@ -98,8 +98,7 @@ std::vector<std::string> OutputNames(const onnx::ModelProto& model) {
 // Feeds for the training or eval model: the batch, every parameter from the checkpoint, then (training model)
 // accumulation buffers and the reset flag.
 NamedTensors Feeds(const onnx::ModelProto& model, const std::map<std::string, Tensor>& batch,
-                   const CheckpointState& checkpoint, const std::map<std::string, Tensor>& buffers,
-                   bool lazy_reset) {
+                   const CheckpointState& checkpoint, const std::map<std::string, Tensor>& buffers, bool lazy_reset) {
   std::map<std::string, Tensor> available = batch;
   for (const Parameter& parameter : checkpoint.parameters) available[parameter.name] = parameter.data;
   for (const auto& [name, tensor] : buffers) available[name] = tensor;
@@ -173,8 +172,8 @@ TEST_P(ArtifactsGoldenTest, ModelsLoadAndFollowTheContract) {
   // Optimizer (AdamW by default): lr, step, then per parameter (p, grad, m, v); outputs in the same order.
   std::vector<std::string> optimizer_inputs = {kLearningRateName, kStepName}, optimizer_outputs;
   for (const std::string& p : expected_trainable) {
-    for (const std::string& name : {p, p + "_grad", OptimizerStateName(p, "momentum0"),
-                                    OptimizerStateName(p, "momentum1")}) {
+    for (const std::string& name :
+         {p, p + "_grad", OptimizerStateName(p, "momentum0"), OptimizerStateName(p, "momentum1")}) {
       optimizer_inputs.push_back(name);
       if (name != p + "_grad") optimizer_outputs.push_back(UpdatedName(name));
     }
@@ -225,8 +224,7 @@ TEST_P(ArtifactsGoldenTest, TrainingModelAccumulatesPyTorchGradients) {
     EXPECT_LT(RelativeError(results.at(GradientAccumulationOutputName(parameter)), *expected), 1e-4) << parameter;
     ++checked;
   }
-  EXPECT_EQ(checked, static_cast<int>(std::distance(
-                         std::filesystem::directory_iterator(dir + "/ref/grads"), {})));
+  EXPECT_EQ(checked, static_cast<int>(std::distance(std::filesystem::directory_iterator(dir + "/ref/grads"), {})));
 
   // Accumulate: feed the first results back without reset: twice the gradient.
   for (const std::string& parameter : artifacts->trainable) {
@@ -334,7 +332,6 @@ TEST(GenerateArtifactsTest, RequiresGradSelectsTrainableParametersInCheckpointOr
             (std::vector<std::string>{kLossName, GradientAccumulationOutputName("fc1.weight"),
                                       GradientAccumulationOutputName("fc2.bias")}));
 }
-
 
 // ---- Optimizer models ----
 
@@ -501,7 +498,8 @@ TEST_P(OptimizerModelTest, ReproducesPyTorch) {
     for (size_t i = 0; i < names.size(); ++i) {
       const Tensor expected = Slice(*state, s, offsets[i], shapes[i]);
       const Tensor& actual = values[OptimizerStateName(names[i], states[s])];
-      EXPECT_LT(MaxAbsDifference(actual, expected), 2e-6 * std::max(1.0, MaxAbsDifference(expected, ZerosLike(expected))))
+      EXPECT_LT(MaxAbsDifference(actual, expected),
+                2e-6 * std::max(1.0, MaxAbsDifference(expected, ZerosLike(expected))))
           << GetParam().name << " state " << states[s] << " of " << names[i];
     }
   }
@@ -534,7 +532,8 @@ TEST(OptimizerModelTest, NonFiniteGradientSkipsTheStep) {
         if (input == kLearningRateName || input == kStepName) continue;
         const Shape shape = input[0] == 'a' ? Shape{2, 2} : Shape{3};
         Tensor tensor = *Tensor::Allocate(DataType::kFloat32, shape);
-        std::fill_n(tensor.mutable_data<float>(), tensor.num_elements(), input.find("_grad") != std::string::npos ? 0.25f : 1.0f);
+        std::fill_n(tensor.mutable_data<float>(), tensor.num_elements(),
+                    input.find("_grad") != std::string::npos ? 0.25f : 1.0f);
         values[input] = tensor;
       }
       for (float bad : {NAN, INFINITY, -INFINITY}) {
@@ -631,8 +630,8 @@ TEST_P(OnnxOptimizerTestData, OnnxStandardOpReproducesExpectedOutputs) {
   ASSERT_TRUE(artifacts.ok()) << artifacts.status();
   auto session = Session::Create(artifacts->optimizer_model);
   ASSERT_TRUE(session.ok()) << session.status();
-  const std::vector<std::string> state_names = adam ? std::vector<std::string>{"momentum0", "momentum1"}
-                                                     : std::vector<std::string>{"momentum0"};
+  const std::vector<std::string> state_names =
+      adam ? std::vector<std::string>{"momentum0", "momentum1"} : std::vector<std::string>{"momentum0"};
   std::map<std::string, Tensor> values;
   values[kLearningRateName] = inputs[0];
   // Adam's T is the step; Momentum's T is step - 1 (see OptimizerSpec::onnx_standard_op).
@@ -646,16 +645,15 @@ TEST_P(OnnxOptimizerTestData, OnnxStandardOpReproducesExpectedOutputs) {
   for (int p = 0; p < n; ++p) {
     EXPECT_LT(MaxAbsDifference(values[names[p]], outputs[p]), 1e-6) << names[p];
     for (int s = 0; s < states; ++s) {
-      EXPECT_LT(MaxAbsDifference(values[OptimizerStateName(names[p], state_names[s])], outputs[(1 + s) * n + p]),
-                1e-6)
+      EXPECT_LT(MaxAbsDifference(values[OptimizerStateName(names[p], state_names[s])], outputs[(1 + s) * n + p]), 1e-6)
           << names[p] << " " << state_names[s];
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Onnx, OnnxOptimizerTestData,
-                         ::testing::Values("test_adam", "test_adam_multiple", "test_momentum",
-                                           "test_momentum_multiple", "test_nesterov_momentum"));
+                         ::testing::Values("test_adam", "test_adam_multiple", "test_momentum", "test_momentum_multiple",
+                                           "test_nesterov_momentum"));
 
 // ---- Eval mode and BatchNormalization running statistics (golden case bn_dropout_eval) ----
 
@@ -720,6 +718,59 @@ TEST(TrainingModelTest, RunningStatisticsMatchPyTorchBuffers) {
     ASSERT_TRUE(results.count(RunningStatisticOutputName(statistic))) << statistic;
     EXPECT_LT(RelativeError(results.at(RunningStatisticOutputName(statistic)), *expected), 1e-5) << statistic;
   }
+}
+
+// Dropout is on in the training model (a fresh mask each run) and off in the eval model.
+TEST(TrainingModelTest, DropoutIsActiveInTrainingOnly) {
+  const std::string dir = GoldenDir() + "/bn_dropout_eval";
+  auto forward = LoadModelFromFile(dir + "/model.onnx");
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  // Forward exports that set Dropout's training_mode to false (or omit it) are trained with it on all the same.
+  for (auto& node : *forward->mutable_graph()->mutable_node()) {
+    if (node.op_type() == "Dropout") node.mutable_input()->DeleteSubrange(2, 1);
+  }
+  ArtifactOptions options;
+  options.loss = {CrossEntropy()};
+  options.additional_output_names = {"/Relu_output_0", "/drop/Dropout_output_0"};
+  auto artifacts = GenerateArtifacts(*forward, options);
+  ASSERT_TRUE(artifacts.ok()) << artifacts.status();
+  std::map<std::string, Tensor> buffers;
+  for (const Parameter& parameter : artifacts->checkpoint.parameters) {
+    if (parameter.requires_grad) buffers[GradientAccumulationBufferName(parameter.name)] = ZerosLike(parameter.data);
+  }
+  const std::map<std::string, Tensor> batch = ReadBatch(dir);
+  auto training = Session::Create(artifacts->training_model);
+  auto eval = Session::Create(artifacts->eval_model);
+  ASSERT_TRUE(training.ok() && eval.ok());
+  std::vector<Tensor> masks;
+  for (int run = 0; run < 2; ++run) {
+    auto outputs = training.value()->Run(Feeds(artifacts->training_model, batch, artifacts->checkpoint, buffers, true));
+    ASSERT_TRUE(outputs.ok()) << outputs.status();
+    const Tensor relu = ByName(*outputs).at("/Relu_output_0");
+    const Tensor dropped = ByName(*outputs).at("/drop/Dropout_output_0");
+    // Every element is dropped (0) or kept and scaled by 1 / (1 - 0.3); about 30% of the nonzero ones are dropped.
+    Tensor mask = ZerosLike(relu);
+    int64_t nonzero = 0, dropped_count = 0;
+    for (int64_t i = 0; i < relu.num_elements(); ++i) {
+      const float x = relu.data<float>()[i], y = dropped.data<float>()[i];
+      ASSERT_TRUE(y == 0.0f || std::fabs(y - x / 0.7f) <= 1e-6f * std::fabs(x)) << i << ": " << x << " -> " << y;
+      mask.mutable_data<float>()[i] = y != 0.0f;
+      if (x != 0.0f) {
+        ++nonzero;
+        dropped_count += y == 0.0f;
+      }
+    }
+    ASSERT_GT(nonzero, 100);
+    const double fraction = static_cast<double>(dropped_count) / static_cast<double>(nonzero);
+    EXPECT_GT(fraction, 0.1);
+    EXPECT_LT(fraction, 0.5);
+    masks.push_back(mask);
+  }
+  EXPECT_GT(MaxAbsDifference(masks[0], masks[1]), 0.0) << "the same mask twice";
+  auto evaluated = eval.value()->Run(Feeds(artifacts->eval_model, batch, artifacts->checkpoint, {}, false));
+  ASSERT_TRUE(evaluated.ok()) << evaluated.status();
+  EXPECT_EQ(MaxAbsDifference(ByName(*evaluated).at("/Relu_output_0"), ByName(*evaluated).at("/drop/Dropout_output_0")),
+            0.0);
 }
 
 // A forward model exported in eval mode (BatchNormalization without training_mode and with one output) trains in

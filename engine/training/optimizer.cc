@@ -72,8 +72,7 @@ absl::Status AdamWStep(const AdamWOptions& options, int64_t step, std::vector<Pa
     absl::StatusOr<float*> v = State(update, "momentum1");
     if (!v.ok()) return v.status();
     float* p = update.data->mutable_data<float>();
-    AdamWUpdate(scalars, 1.0f, p, update.gradient->data<float>(), *m, *v, p, *m, *v, 0,
-                update.data->num_elements());
+    AdamWUpdate(scalars, 1.0f, p, update.gradient->data<float>(), *m, *v, p, *m, *v, 0, update.data->num_elements());
   }
   return absl::OkStatus();
 }

@@ -48,10 +48,10 @@ AdamWStepScalars MakeAdamWStepScalars(const AdamWOptions& options, int64_t step)
 
 // torch.optim.AdamW (1.13, foreach=False) on elements [begin, end), the gradient first multiplied by
 // `gradient_scale` (global-norm clipping; exactly 1 when off):
-//   p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-inline void AdamWUpdate(const AdamWStepScalars& s, float gradient_scale, const float* p, const float* g,
-                        const float* m, const float* v, float* p_out, float* m_out, float* v_out, int64_t begin,
-                        int64_t end) {
+//   p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
+//   p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+inline void AdamWUpdate(const AdamWStepScalars& s, float gradient_scale, const float* p, const float* g, const float* m,
+                        const float* v, float* p_out, float* m_out, float* v_out, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) {
     const float gradient = g[i] * gradient_scale;
     const float decayed = p[i] * s.decay;
