@@ -64,9 +64,8 @@ absl::StatusOr<LearningRateScheduler> LearningRateScheduler::ConstantWithWarmup(
   return FromState({kConstantWithWarmupSchedule, {{"warmup_steps", warmup_steps}}});
 }
 
-absl::StatusOr<LearningRateScheduler> LearningRateScheduler::CosineWithWarmup(int64_t warmup_steps,
-                                                                              int64_t total_steps, float num_cycles,
-                                                                              float min_lr_rate) {
+absl::StatusOr<LearningRateScheduler> LearningRateScheduler::CosineWithWarmup(int64_t warmup_steps, int64_t total_steps,
+                                                                              float num_cycles, float min_lr_rate) {
   return FromState({kCosineWithWarmupSchedule,
                     {{"warmup_steps", warmup_steps},
                      {"total_steps", total_steps},
@@ -87,9 +86,9 @@ absl::StatusOr<LearningRateScheduler> LearningRateScheduler::FromState(const Sch
 absl::Status LearningRateScheduler::Parse() {
   const std::set<std::string>* required = RequiredSettings(state_.kind);
   if (required == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown learning-rate scheduler '", state_.kind, "' (known: ", kLinearWarmupDecaySchedule, ", ",
-        kConstantWithWarmupSchedule, ", ", kCosineWithWarmupSchedule, ", ", kStepSchedule, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown learning-rate scheduler '", state_.kind, "' (known: ", kLinearWarmupDecaySchedule, ", ",
+                     kConstantWithWarmupSchedule, ", ", kCosineWithWarmupSchedule, ", ", kStepSchedule, ")"));
   }
   for (const std::string& name : *required) {
     if (state_.values.count(name) == 0) {
@@ -98,8 +97,9 @@ absl::Status LearningRateScheduler::Parse() {
   }
   for (const auto& [name, value] : state_.values) {
     if (required->count(name) == 0) {
-      return SettingError(state_, name, absl::StrCat("is not a setting of this scheduler (its settings: ",
-                                                     absl::StrJoin(*required, ", "), ")"));
+      return SettingError(
+          state_, name,
+          absl::StrCat("is not a setting of this scheduler (its settings: ", absl::StrJoin(*required, ", "), ")"));
     }
   }
 
@@ -156,8 +156,7 @@ absl::StatusOr<double> LearningRateScheduler::Multiplier(int64_t completed_steps
   return std::max(0.0, min_lr_rate_ + (1.0 - min_lr_rate_) * cosine);
 }
 
-absl::StatusOr<float> LearningRateScheduler::LearningRate(int64_t completed_steps,
-                                                          float initial_learning_rate) const {
+absl::StatusOr<float> LearningRateScheduler::LearningRate(int64_t completed_steps, float initial_learning_rate) const {
   TRAIND_ASSIGN_OR_RETURN(const double multiplier, Multiplier(completed_steps));
   return static_cast<float>(static_cast<double>(initial_learning_rate) * multiplier);
 }

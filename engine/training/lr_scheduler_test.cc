@@ -147,13 +147,12 @@ TEST(LearningRateSchedulerTest, BadSettingsAreRefusedWithTheirName) {
 TEST(LearningRateSchedulerTest, MalformedStatesAreRefused) {
   ExpectInvalid(LearningRateScheduler::FromState({"exponential", {}}), "unknown learning-rate scheduler 'exponential'");
   ExpectInvalid(LearningRateScheduler::FromState({"", {}}), "unknown learning-rate scheduler ''");
-  ExpectInvalid(LearningRateScheduler::FromState({kStepSchedule, {{"step_size", int64_t{3}}}}),
-                "'gamma' is missing");
+  ExpectInvalid(LearningRateScheduler::FromState({kStepSchedule, {{"step_size", int64_t{3}}}}), "'gamma' is missing");
   ExpectInvalid(LearningRateScheduler::FromState({kStepSchedule, {{"step_size", 3.0f}, {"gamma", 0.5f}}}),
                 "'step_size' must be an int64");
-  ExpectInvalid(LearningRateScheduler::FromState(
-                    {kStepSchedule, {{"step_size", int64_t{3}}, {"gamma", std::string("half")}}}),
-                "'gamma' must be a float");
+  ExpectInvalid(
+      LearningRateScheduler::FromState({kStepSchedule, {{"step_size", int64_t{3}}, {"gamma", std::string("half")}}}),
+      "'gamma' must be a float");
   ExpectInvalid(LearningRateScheduler::FromState(
                     {kConstantWithWarmupSchedule, {{"warmup_steps", int64_t{3}}, {"total_steps", int64_t{9}}}}),
                 "'total_steps' is not a setting of this scheduler");

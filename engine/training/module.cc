@@ -31,8 +31,7 @@ absl::StatusOr<onnx::ModelProto> Validated(const onnx::ModelProto& model, const 
   }
   absl::StatusOr<onnx::ModelProto> loaded = LoadModelFromBytes(bytes);
   if (!loaded.ok()) {
-    return absl::Status(loaded.status().code(),
-                        absl::StrCat("the ", what, " model: ", loaded.status().message()));
+    return absl::Status(loaded.status().code(), absl::StrCat("the ", what, " model: ", loaded.status().message()));
   }
   return loaded;
 }
@@ -58,10 +57,10 @@ absl::Status CheckDeclaredLike(const GraphValue& declared, const Tensor& tensor,
     }
   }
   if (!matches) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the ", model, " model's '", declared.name, "' is ", DataTypeName(declared.dtype), " ",
-        declared.has_shape ? ShapeToString(declared.dims) : "(any shape)", ", but ", what, " is ",
-        DataTypeName(tensor.dtype()), " ", ShapeToString(tensor.shape())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", model, " model's '", declared.name, "' is ", DataTypeName(declared.dtype), " ",
+                     declared.has_shape ? ShapeToString(declared.dims) : "(any shape)", ", but ", what, " is ",
+                     DataTypeName(tensor.dtype()), " ", ShapeToString(tensor.shape())));
   }
   return absl::OkStatus();
 }
@@ -208,13 +207,14 @@ absl::Status Module::CompileModel(onnx::ModelProto model, bool training, Compile
   for (size_t p = 0; p < state_->parameters.size(); ++p) {
     const Parameter& parameter = state_->parameters[p];
     if (!parameter_fed[p]) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint parameter '", parameter.name,
-                                                     "' is not an input of the ", what, " model"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint parameter '", parameter.name, "' is not an input of the ", what, " model"));
     }
     if (training && parameter.requires_grad && !buffer_fed[p]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint parameter '", parameter.name, "' requires a gradient, but the training model has "
-                       "no input '", GradientAccumulationBufferName(parameter.name), "'"));
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint parameter '", parameter.name,
+                                                     "' requires a gradient, but the training model has "
+                                                     "no input '",
+                                                     GradientAccumulationBufferName(parameter.name), "'"));
     }
   }
   if (training && !reset_fed) {
@@ -238,8 +238,8 @@ absl::Status Module::CompileModel(onnx::ModelProto model, bool training, Compile
   for (size_t o = 0; o < plan.outputs.size(); ++o) {
     const GraphValue& output = plan.outputs[o];
     if (auto it = gradient_output_index.find(output.name); it != gradient_output_index.end()) {
-      TRAIND_RETURN_IF_ERROR(CheckDeclaredLike(output, state_->parameters[it->second].data,
-                                               "the parameter it is the gradient of", what));
+      TRAIND_RETURN_IF_ERROR(
+          CheckDeclaredLike(output, state_->parameters[it->second].data, "the parameter it is the gradient of", what));
       gradient_outputs_.emplace_back(static_cast<int>(o), it->second);
       gradient_out[it->second] = true;
     } else if (auto it = statistic_output_index.find(output.name); it != statistic_output_index.end()) {
@@ -254,8 +254,7 @@ absl::Status Module::CompileModel(onnx::ModelProto model, bool training, Compile
   for (size_t p = 0; p < state_->parameters.size(); ++p) {
     if (training && state_->parameters[p].requires_grad && !gradient_out[p]) {
       return absl::InvalidArgumentError(absl::StrCat("the training model has no output '",
-                                                     GradientAccumulationOutputName(state_->parameters[p].name),
-                                                     "'"));
+                                                     GradientAccumulationOutputName(state_->parameters[p].name), "'"));
     }
   }
   return absl::OkStatus();
@@ -446,7 +445,8 @@ absl::Status Module::ExportModelForInferencing(const std::string& path,
   for (const std::string& name : output_names) {
     if (name.empty()) return absl::InvalidArgumentError("an output name is empty");
     if (name == kLossName) {
-      return absl::InvalidArgumentError(absl::StrCat("'", kLossName, "' cannot be exported: an inference model has "
+      return absl::InvalidArgumentError(absl::StrCat("'", kLossName,
+                                                     "' cannot be exported: an inference model has "
                                                      "no loss (export the loss's input instead)"));
     }
     if (!seen.insert(name).second) return absl::InvalidArgumentError(absl::StrCat("output '", name, "' given twice"));
@@ -595,8 +595,8 @@ absl::Status Optimizer::Initialize(const onnx::ModelProto& optimizer_model, cons
       return input_error(absl::StrCat("input '", name, "' is not a trainable parameter of the checkpoint"));
     }
     if (i + 1 >= plan.inputs.size() || plan.inputs[i + 1].name != GradientName(name)) {
-      return input_error(absl::StrCat("parameter '", name, "' must be followed by its gradient '",
-                                      GradientName(name), "'"));
+      return input_error(
+          absl::StrCat("parameter '", name, "' must be followed by its gradient '", GradientName(name), "'"));
     }
     std::vector<std::string> states;
     size_t next = i + 2;
@@ -610,8 +610,8 @@ absl::Status Optimizer::Initialize(const onnx::ModelProto& optimizer_model, cons
       state_names_ = states;
       first = false;
     } else if (states != state_names_) {
-      return input_error(absl::StrCat("parameter '", name, "' has states {", absl::StrJoin(states, ", "),
-                                      "}, others {", absl::StrJoin(state_names_, ", "), "}"));
+      return input_error(absl::StrCat("parameter '", name, "' has states {", absl::StrJoin(states, ", "), "}, others {",
+                                      absl::StrJoin(state_names_, ", "), "}"));
     }
     for (size_t k = i; k < next; ++k) {
       TRAIND_RETURN_IF_ERROR(CheckDeclaredLike(plan.inputs[k], state.parameters[it->second].data,
@@ -625,8 +625,8 @@ absl::Status Optimizer::Initialize(const onnx::ModelProto& optimizer_model, cons
   if (std::set<std::string>(trainable.begin(), trainable.end()) !=
           std::set<std::string>(parameter_names_.begin(), parameter_names_.end()) ||
       parameter_names_.size() != trainable.size()) {
-    return input_error(absl::StrCat("it updates {", absl::StrJoin(parameter_names_, ", "),
-                                    "}, but the module trains {", absl::StrJoin(trainable, ", "), "}"));
+    return input_error(absl::StrCat("it updates {", absl::StrJoin(parameter_names_, ", "), "}, but the module trains {",
+                                    absl::StrJoin(trainable, ", "), "}"));
   }
   // Outputs: UpdatedName of every parameter and state, in input order, then skipped.
   std::vector<std::string> expected_outputs;
@@ -669,8 +669,8 @@ absl::Status Optimizer::EnsureState() {
   }
   OptimizerState& optimizer = *state.optimizer;
   if (optimizer.group.step < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("the checkpoint's optimizer step is negative: ",
-                                                   optimizer.group.step));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the checkpoint's optimizer step is negative: ", optimizer.group.step));
   }
   // Check everything before creating anything, so that a mismatch changes nothing.
   for (size_t k = 0; k < parameter_indices_.size(); ++k) {

@@ -65,8 +65,9 @@ class Module {
   // Adds the batch's gradients to the trainable parameters' Parameter::grad (or replaces them after
   // LazyResetGrad()), and writes the BatchNormalization running statistics back into their parameters, as
   // PyTorch's train-mode forward does (unless the loss or a new statistic is not finite: a poisoned batch must
-  // not poison the model; the next Optimizer::Step is then skipped). Errors: InvalidArgument naming an unknown, missing, repeated or mistyped/misshapen input;
-  // FailedPrecondition for parameters without data. On error nothing has changed.
+  // not poison the model; the next Optimizer::Step is then skipped). Errors: InvalidArgument naming an unknown,
+  // missing, repeated or mistyped/misshapen input; FailedPrecondition for parameters without data. On error nothing has
+  // changed.
   absl::StatusOr<NamedTensors> TrainStep(const NamedTensors& inputs);
   // Forward only, BatchNormalization with running statistics and no Dropout; changes nothing.
   absl::StatusOr<NamedTensors> EvalStep(const NamedTensors& inputs) const;
@@ -155,8 +156,8 @@ struct OptimizerStepResult {
   // True when the step was skipped because a loss or gradient was not finite: parameters, optimizer state, step
   // count and learning rate are unchanged. The caller decides what to do (lower the learning rate, drop the batch).
   bool skipped = false;
-  int64_t step = 0;             // the optimizer's step count after this call
-  float learning_rate = 0.0f;   // the learning rate the next step will use
+  int64_t step = 0;            // the optimizer's step count after this call
+  float learning_rate = 0.0f;  // the learning rate the next step will use
 };
 
 struct OptimizerOptions {
@@ -173,8 +174,8 @@ class Optimizer {
   static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const onnx::ModelProto& optimizer_model, Module* module,
                                                            const OptimizerOptions& options = {});
   static absl::StatusOr<std::unique_ptr<Optimizer>> CreateFromFile(const std::string& optimizer_model_path,
-                                                                    Module* module,
-                                                                    const OptimizerOptions& options = {});
+                                                                   Module* module,
+                                                                   const OptimizerOptions& options = {});
   ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;

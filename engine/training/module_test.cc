@@ -279,21 +279,18 @@ TEST_P(GoldenTrajectoryTest, FollowsPyTorch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Golden, GoldenTrajectoryTest,
-                         ::testing::Values(TrajectoryCase{"mlp", true}, TrajectoryCase{"mlp", false},
-                                           TrajectoryCase{"cnn_bn_maxpool", true},
-                                           TrajectoryCase{"cnn_bn_maxpool", false},
-                                           TrajectoryCase{"resnet_block", true}, TrajectoryCase{"resnet_block", false},
-                                           TrajectoryCase{"transformer_encoder", true},
-                                           TrajectoryCase{"transformer_encoder", false},
-                                           TrajectoryCase{"two_head_weighted_mse", true},
-                                           TrajectoryCase{"two_head_weighted_mse", false},
-                                           TrajectoryCase{"mlp", false, true},
-                                           TrajectoryCase{"cnn_bn_maxpool", false, true}),
-                         [](const ::testing::TestParamInfo<TrajectoryCase>& info) {
-                           return info.param.name + (info.param.adamw ? "_adamw" : "_sgd_nesterov") +
-                                  (info.param.onnx_standard_op ? "_onnx_momentum" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Golden, GoldenTrajectoryTest,
+    ::testing::Values(TrajectoryCase{"mlp", true}, TrajectoryCase{"mlp", false}, TrajectoryCase{"cnn_bn_maxpool", true},
+                      TrajectoryCase{"cnn_bn_maxpool", false}, TrajectoryCase{"resnet_block", true},
+                      TrajectoryCase{"resnet_block", false}, TrajectoryCase{"transformer_encoder", true},
+                      TrajectoryCase{"transformer_encoder", false}, TrajectoryCase{"two_head_weighted_mse", true},
+                      TrajectoryCase{"two_head_weighted_mse", false}, TrajectoryCase{"mlp", false, true},
+                      TrajectoryCase{"cnn_bn_maxpool", false, true}),
+    [](const ::testing::TestParamInfo<TrajectoryCase>& info) {
+      return info.param.name + (info.param.adamw ? "_adamw" : "_sgd_nesterov") +
+             (info.param.onnx_standard_op ? "_onnx_momentum" : "");
+    });
 
 // ---- Gradients ----
 
@@ -619,8 +616,8 @@ TEST(ModuleTest, ContiguousParametersRoundTripAndReachTheSessions) {
   ASSERT_TRUE(train.ok()) << train.status();
   EXPECT_NEAR(Loss(*train), std::log(4.0), 1e-6 * std::log(4.0) * 4);
 
-  ASSERT_TRUE((*module)->CopyBufferToParameters(absl::MakeConstSpan(buffer->data<float>(), buffer->num_elements()))
-                  .ok());
+  ASSERT_TRUE(
+      (*module)->CopyBufferToParameters(absl::MakeConstSpan(buffer->data<float>(), buffer->num_elements())).ok());
   auto again = (*module)->GetContiguousParameters();
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(SameBytes(*again, *buffer));
@@ -647,9 +644,9 @@ TEST(ModuleTest, NominalStateTrainsOnceParametersArrive) {
   auto refused = (*module)->TrainStep(batch);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("CopyBufferToParameters"));
-  ASSERT_TRUE(
-      (*module)->CopyBufferToParameters(absl::MakeConstSpan(weights.data<float>(), weights.num_elements()), false)
-          .ok());
+  ASSERT_TRUE((*module)
+                  ->CopyBufferToParameters(absl::MakeConstSpan(weights.data<float>(), weights.num_elements()), false)
+                  .ok());
   auto outputs = (*module)->TrainStep(batch);
   ASSERT_TRUE(outputs.ok()) << outputs.status();
   const double reference = ReadReference(GoldenDir("mlp") + "/ref/loss.npy").data<double>()[0];
@@ -716,16 +713,21 @@ TEST(ModuleTest, BadInputsAreRefusedByName) {
       {"unknown name", {{"inptu", input}, {"target", target}}, "unknown input 'inptu'"},
       {"missing", {{"input", input}}, "missing input 'target'"},
       {"twice", {{"input", input}, {"input", input}, {"target", target}}, "input 'input' given twice"},
-      {"parameter", {{"input", input}, {"target", target}, {"fc1.bias", state.parameters[1].data}},
+      {"parameter",
+       {{"input", input}, {"target", target}, {"fc1.bias", state.parameters[1].data}},
        "unknown input 'fc1.bias' (a parameter"},
       {"empty", {{"input", Tensor()}, {"target", target}}, "input 'input' is empty"},
-      {"dtype", {{"input", *Tensor::Allocate(DataType::kFloat64, input.shape())}, {"target", target}},
+      {"dtype",
+       {{"input", *Tensor::Allocate(DataType::kFloat64, input.shape())}, {"target", target}},
        "input 'input' has dtype"},
-      {"shape", {{"input", *Tensor::Allocate(DataType::kFloat32, {input.dim(0), 7})}, {"target", target}},
+      {"shape",
+       {{"input", *Tensor::Allocate(DataType::kFloat32, {input.dim(0), 7})}, {"target", target}},
        "input 'input' has shape"},
-      {"rank", {{"input", *Tensor::Allocate(DataType::kFloat32, {input.num_elements()})}, {"target", target}},
+      {"rank",
+       {{"input", *Tensor::Allocate(DataType::kFloat32, {input.num_elements()})}, {"target", target}},
        "input 'input' has shape"},
-      {"target dtype", {{"input", input}, {"target", *Tensor::Allocate(DataType::kFloat32, target.shape())}},
+      {"target dtype",
+       {{"input", input}, {"target", *Tensor::Allocate(DataType::kFloat32, target.shape())}},
        "input 'target' has dtype"},
   };
   for (const BadCase& bad : cases) {
@@ -843,9 +845,9 @@ TEST(ModuleTest, ExportedModelAgreesWithOnnxRuntime) {
   WriteRawFloats(dir + "/input.f32", input);
   std::string dims;
   for (int64_t dim : input.shape()) absl::StrAppend(&dims, dims.empty() ? "" : ",", dim);
-  const std::string command = absl::StrCat("node '", script, "' '", ort_dir, "' '", dir, "/model.onnx' input '", dir,
-                                           "/input.f32' ", dims, " logits '", dir, "/logits.f32' > '", dir,
-                                           "/ort.log' 2>&1");
+  const std::string command =
+      absl::StrCat("node '", script, "' '", ort_dir, "' '", dir, "/model.onnx' input '", dir, "/input.f32' ", dims,
+                   " logits '", dir, "/logits.f32' > '", dir, "/ort.log' 2>&1");
   const int status = std::system(command.c_str());
   std::ifstream log(dir + "/ort.log");
   const std::string log_text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
