@@ -22,8 +22,8 @@ The losses are what traind's artifacts must build on top of the forward graph; t
 The loss cases (issue 4: every built-in loss x reduction, CrossEntropy class weights / ignore_index incl. a
 K-dimensional case, BCEWithLogits weight / pos_weight, weighted combinations, user ONNX loss graphs) share one
 small three-headed model:
-    data/losses/model.onnx, inputs/, targets/   the model (outputs regression [4,3], logits [4,4],
-                                                logits_k [4,3,2,2]), its batch and every target
+    data/losses/model.onnx, inputs/, targets/   the model (outputs regression [5,3], logits [5,4],
+                                                logits_k [5,3,2,2]), its batch and every target
     data/losses/<case>/loss.npy                 PyTorch's loss (for reduction none: the sum of its elements,
                                                 which is what training differentiates)
     data/losses/<case>/elements.npy             reduction none: the per-element loss
@@ -215,6 +215,7 @@ class LossHeads(nn.Module):
 
 
 LOSS_OUTPUTS = ["regression", "logits", "logits_k"]
+LOSS_BATCH = 5  # odd, so no L1 bias gradient (a sum of signs over the batch) cancels to 0
 LOSS_GRAPH_OPSET_OLD = 13  # converted to the model's opset 17 by traind
 
 
@@ -233,8 +234,8 @@ def smooth_l1_graph(beta):
     ]
     graph = helper.make_graph(
         nodes, "smooth_l1",
-        [helper.make_tensor_value_info("regression", TensorProto.FLOAT, [4, 3]),
-         helper.make_tensor_value_info("target_reg", TensorProto.FLOAT, [4, 3])],
+        [helper.make_tensor_value_info("regression", TensorProto.FLOAT, [LOSS_BATCH, 3]),
+         helper.make_tensor_value_info("target_reg", TensorProto.FLOAT, [LOSS_BATCH, 3])],
         [helper.make_tensor_value_info("smooth_l1", TensorProto.FLOAT, [])],
         initializer=[helper.make_tensor("beta", TensorProto.FLOAT, [], [beta]),
                      helper.make_tensor("half_over_beta", TensorProto.FLOAT, [], [0.5 / beta]),
@@ -255,8 +256,8 @@ def log_cosh_graph():
     ]
     graph = helper.make_graph(
         nodes, "log_cosh",
-        [helper.make_tensor_value_info("regression", TensorProto.FLOAT, [4, 3]),
-         helper.make_tensor_value_info("target_reg", TensorProto.FLOAT, [4, 3])],
+        [helper.make_tensor_value_info("regression", TensorProto.FLOAT, [LOSS_BATCH, 3]),
+         helper.make_tensor_value_info("target_reg", TensorProto.FLOAT, [LOSS_BATCH, 3])],
         [helper.make_tensor_value_info("log_cosh", TensorProto.FLOAT, [])],
         initializer=[helper.make_tensor("minus_two", TensorProto.FLOAT, [], [-2.0]),
                      helper.make_tensor("log_two", TensorProto.FLOAT, [], [float(np.log(2.0))])])
@@ -265,13 +266,13 @@ def log_cosh_graph():
 
 def loss_targets():
     g = torch.Generator().manual_seed(SEED + 4)
-    target_cls = torch.randint(0, 4, (4,), generator=g)
+    target_cls = torch.randint(0, 4, (LOSS_BATCH,), generator=g)
     target_cls_ignored = target_cls.clone()
     target_cls_ignored[1] = -100  # PyTorch's default ignore_index
-    target_k = torch.randint(0, 3, (4, 2, 2), generator=g)
+    target_k = torch.randint(0, 3, (LOSS_BATCH, 2, 2), generator=g)
     target_k[0, 0, 0] = 2  # ignore_index of the K-dim cases: a valid class id, so masking is what skips it
     target_k[0, 1, 1] = 1
-    return dict(target_reg=torch.randn(4, 3, generator=g), target_bin=torch.rand(4, 3, generator=g),
+    return dict(target_reg=torch.randn(LOSS_BATCH, 3, generator=g), target_bin=torch.rand(LOSS_BATCH, 3, generator=g),
                 target_cls=target_cls, target_cls_ignored=target_cls_ignored, target_k=target_k)
 
 
@@ -279,7 +280,7 @@ def loss_constants():
     g = torch.Generator().manual_seed(SEED + 5)
     return dict(class_weight4=(torch.rand(4, generator=g) + 0.5).float(),
                 class_weight3=(torch.rand(3, generator=g) + 0.5).float(),
-                bce_weight=(torch.rand(4, 1, generator=g) + 0.5).float(),  # per sample, broadcast over [4, 3]
+                bce_weight=(torch.rand(LOSS_BATCH, 1, generator=g) + 0.5).float(),  # per sample, broadcast over [N, 3]
                 pos_weight=(2 * torch.rand(3, generator=g) + 0.5).float())
 
 
@@ -342,7 +343,7 @@ def write_loss_cases(out_dir):
     torch.manual_seed(SEED + 3)
     model = LossHeads()
     g = torch.Generator().manual_seed(SEED + 6)
-    inputs = {"x": torch.randn(4, 5, generator=g)}
+    inputs = {"x": torch.randn(LOSS_BATCH, 5, generator=g)}
     targets = loss_targets()
     directory = os.path.join(out_dir, "losses")
     os.makedirs(directory, exist_ok=True)
