@@ -7,33 +7,27 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/training/loss.h"  // LossTerm, LossKind, Reduction
 #include "onnx/onnx_pb.h"
 
 namespace traind::engine {
-
-enum class LossKind { kMeanSquaredError, kCrossEntropy };
-
-// weight * loss(output, target), mean reduction. Cross entropy: output [N, C] logits, target [N] int64 classes.
-struct LossTerm {
-  LossKind kind = LossKind::kMeanSquaredError;
-  std::string output;  // a graph output of the forward model
-  std::string target;  // the name of the new graph input holding the target
-  float weight = 1.0f;
-};
 
 struct TrainingGraphOptions {
   // Initializers to train. Empty: every floating-point initializer that is neither in `frozen` nor a
   // BatchNormalization running statistic.
   std::vector<std::string> trainable;
   std::vector<std::string> frozen;
-  std::vector<LossTerm> loss;  // summed
+  std::vector<LossTerm> loss;  // sum of weight * term (engine/training/loss.h)
 };
 
 struct TrainingGraph {
-  onnx::ModelProto model;  // inputs: forward inputs, targets, trainable parameters; outputs: loss, forward
-                           // outputs, then one gradient per trainable parameter (GradientName(p))
+  onnx::ModelProto model;  // inputs: forward inputs, trainable parameters, targets; outputs: loss, the
+                           // per-element losses of reduction-none terms, forward outputs, then one gradient per
+                           // trainable parameter (GradientName(p))
   std::vector<std::string> trainable;
   std::string loss = "loss";
+  std::vector<std::string> targets;             // the loss's target inputs, in term order
+  std::vector<std::string> per_element_losses;  // LossTerm::per_element_output of reduction-none terms
 };
 
 absl::StatusOr<TrainingGraph> BuildTrainingGraph(const onnx::ModelProto& forward, const TrainingGraphOptions& options);
