@@ -30,7 +30,8 @@ std::string GradientName(const std::string& parameter);
 // holding d(loss)/d(p). Only nodes between a parameter and the loss are differentiated; gradients reaching a
 // value along several paths are summed. Errors (kUnimplemented) name an op on that path without a gradient
 // rule and the parameters it blocks; kInvalidArgument for a non-scalar loss or a parameter the loss does not
-// depend on.
+// depend on. A model importing ai.onnx opset < kMinGradientOpset (13) is first converted to that opset with
+// onnx's version converter, so the result then imports opset 13 (kUnimplemented if the conversion fails).
 absl::StatusOr<onnx::ModelProto> BuildGradientModel(const onnx::ModelProto& model,
                                                     const GradientGraphOptions& options);
 

@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/axis_split.h"
 #include "engine/ops/softmax_slab.h"
@@ -159,6 +160,124 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateNegativeLogLikelihoodLossKernel(co
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmaxCrossEntropyLossKernel(const KernelInit& init) {
   return MakeLossKernel(init, "SoftmaxCrossEntropyLoss", /*softmax_first=*/true);
+}
+
+
+// Gradients (static input shape [N, C, d...]). The loss is linear in the log-probabilities, so
+//   d loss / d input[n, c, d] = -dy[n, d] * w[c]   where c is the target of (n, d) and it is not ignored,
+// 0 elsewhere; "sum" uses the scalar dy, "mean" divides it by sum(w[t]) over non-ignored positions. The class
+// weights are treated as constants (as PyTorch does): a gradient requested for them is refused.
+namespace {
+
+absl::Status LogProbabilityGradient(GradientRuleContext& g, const std::string& dy, const std::string& out) {
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  TRAIND_ASSIGN_OR_RETURN(int32_t target_type, g.ElemType(g.I(1)));
+  if (shape.size() < 2) return absl::InvalidArgumentError("loss input needs a class axis");
+  std::string target = g.I(1);
+  if (target_type != onnx::TensorProto::INT64) {
+    target = g.Temp("target64");
+    GradientRuleContext::SetIntAttr(g.Emit("Cast", {g.I(1)}, {target}), "to", onnx::TensorProto::INT64);
+  }
+  // A [1, C, 1, ...] view of per-class values.
+  std::vector<int64_t> class_shape(shape.size(), 1);
+  class_shape[1] = shape[1];
+  std::vector<int64_t> class_ids(static_cast<size_t>(shape[1]));
+  for (int64_t c = 0; c < shape[1]; ++c) class_ids[c] = c;
+  const std::string target_kept = g.Temp("target_kept"), classes = g.Temp("classes"), hit = g.Temp("is_target"),
+                    one_hot = g.Temp("one_hot");
+  g.Emit("Unsqueeze", {target, g.Int64Constant({1})}, {target_kept});
+  g.Emit("Reshape", {g.Int64Constant(class_ids), g.Int64Constant(class_shape)}, {classes});
+  g.Emit("Equal", {target_kept, classes}, {hit});
+  GradientRuleContext::SetIntAttr(g.Emit("Cast", {hit}, {one_hot}), "to", type);
+  std::string weighted = one_hot;
+  for (const auto& attribute : g.node().attribute()) {
+    if (attribute.name() != "ignore_index") continue;
+    const std::string ignored = g.Temp("ignored"), kept = g.Temp("kept"), kept_mask = g.Temp("kept_mask"),
+                      kept_mask_u = g.Temp("kept_mask_kept"), masked = g.Temp("one_hot_kept");
+    g.Emit("Equal", {target, g.Int64Constant({attribute.i()})}, {ignored});
+    g.Emit("Not", {ignored}, {kept});
+    GradientRuleContext::SetIntAttr(g.Emit("Cast", {kept}, {kept_mask}), "to", type);
+    g.Emit("Unsqueeze", {kept_mask, g.Int64Constant({1})}, {kept_mask_u});
+    g.Emit("Mul", {weighted, kept_mask_u}, {masked});
+    weighted = masked;
+  }
+  if (g.num_inputs() > 2 && !g.I(2).empty()) {
+    const std::string class_weights = g.Temp("class_weights"), with_weights = g.Temp("weighted");
+    g.Emit("Reshape", {g.I(2), g.Int64Constant(class_shape)}, {class_weights});
+    g.Emit("Mul", {weighted, class_weights}, {with_weights});
+    weighted = with_weights;
+  }
+  std::string reduction = "mean";
+  for (const auto& attribute : g.node().attribute()) {
+    if (attribute.name() == "reduction") reduction = attribute.s();
+  }
+  std::string factor = dy;
+  if (reduction == "none") {
+    factor = g.Temp("dy_kept");
+    g.Emit("Unsqueeze", {dy, g.Int64Constant({1})}, {factor});
+  } else if (reduction == "mean") {
+    const std::string total = g.Temp("weight_total");
+    factor = g.Temp("dy_over_total");
+    GradientRuleContext::SetIntAttr(g.Emit("ReduceSum", {weighted}, {total}), "keepdims", 0);
+    g.Emit("Div", {dy, total}, {factor});
+  } else if (reduction != "sum") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown reduction '", reduction, "'"));
+  }
+  const std::string scaled = g.Temp("scaled");
+  g.Emit("Mul", {weighted, factor}, {scaled});
+  g.Emit("Neg", {scaled}, {out});
+  return absl::OkStatus();
+}
+
+absl::Status RefuseWeightGradient(GradientRuleContext& g) {
+  if (g.num_inputs() > 2 && g.NeedsGI(2)) {
+    return absl::UnimplementedError("gradients with respect to the class weights are not supported");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status NegativeLogLikelihoodLossGradient(GradientRuleContext& g) {
+  TRAIND_RETURN_IF_ERROR(RefuseWeightGradient(g));
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  return LogProbabilityGradient(g, g.GO(0), g.GI(0));
+}
+
+// SoftmaxCrossEntropyLoss = NegativeLogLikelihoodLoss(LogSoftmax(scores, axis 1)), whose log-probabilities may
+// also be an output: with g the gradient reaching them, dScores = g - softmax * sum_c g.
+absl::Status SoftmaxCrossEntropyLossGradient(GradientRuleContext& g) {
+  TRAIND_RETURN_IF_ERROR(RefuseWeightGradient(g));
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  std::vector<std::string> parts;
+  if (g.HasGO(0)) {
+    parts.push_back(g.Temp("dlogp_loss"));
+    TRAIND_RETURN_IF_ERROR(LogProbabilityGradient(g, g.GO(0), parts.back()));
+  }
+  if (g.HasGO(1)) parts.push_back(g.GO(1));
+  std::string dlogp = parts.front();
+  if (parts.size() > 1) {
+    dlogp = g.Temp("dlogp");
+    g.Emit("Sum", parts, {dlogp});
+  }
+  std::string log_prob;
+  if (g.node().output_size() > 1 && !g.O(1).empty()) {
+    log_prob = g.O(1);
+  } else {
+    const std::string normalizer = g.Temp("log_sum_exp");
+    log_prob = g.Temp("log_prob");
+    onnx::NodeProto* lse = g.Emit("ReduceLogSumExp", {g.I(0)}, {normalizer});
+    GradientRuleContext::SetIntsAttr(lse, "axes", {1});
+    GradientRuleContext::SetIntAttr(lse, "keepdims", 1);
+    g.Emit("Sub", {g.I(0), normalizer}, {log_prob});
+  }
+  const std::string prob = g.Temp("prob"), total = g.Temp("dlogp_total"), spread = g.Temp("prob_total");
+  g.Emit("Exp", {log_prob}, {prob});
+  GradientRuleContext::SetIntAttr(g.Emit("ReduceSum", {dlogp, g.Int64Constant({1})}, {total}), "keepdims", 1);
+  g.Emit("Mul", {prob, total}, {spread});
+  g.Emit("Sub", {dlogp, spread}, {g.GI(0)});
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine
