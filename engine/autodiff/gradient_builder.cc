@@ -351,11 +351,19 @@ absl::StatusOr<onnx::ModelProto> ConvertToGradientOpset(const onnx::ModelProto& 
       absl::StrCat("the model imports ai.onnx opset ", opset, "; converting it to opset ", kMinGradientOpset,
                    " for differentiation failed: ");
   try {
-    onnx::ModelProto converted = onnx::version_conversion::ConvertVersion(model, kMinGradientOpset);
+    // The broadcasting adapters read the shapes of intermediate values, so infer them first.
+    onnx::ModelProto with_shapes = model;
+    onnx::shape_inference::InferShapes(with_shapes);
+    onnx::ModelProto converted = onnx::version_conversion::ConvertVersion(with_shapes, kMinGradientOpset);
     onnx::checker::check_model(converted);
+    onnx::ModelProto inferred = converted;  // Strict inference checks the types the adapters chose.
+    onnx::shape_inference::InferShapes(inferred, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions(/*check_type=*/true, /*error_mode=*/1));
     return converted;
   } catch (const std::exception& error) {
     return absl::UnimplementedError(absl::StrCat(failure, error.what()));
+  } catch (...) {
+    return absl::UnimplementedError(absl::StrCat(failure, "unknown exception"));
   }
 }
 
