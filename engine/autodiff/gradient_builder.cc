@@ -376,16 +376,18 @@ bool IsFloatingPointType(int32_t elem_type) {
 
 std::string GradientName(const std::string& parameter) { return parameter + "_grad"; }
 
+absl::StatusOr<onnx::ModelProto> ConvertForDifferentiation(const onnx::ModelProto& model) {
+  const int opset = ImportedOnnxOpset(model);
+  if (opset > 0 && opset < kMinGradientOpset) return ConvertToGradientOpset(model, opset);
+  return model;
+}
+
 absl::StatusOr<onnx::ModelProto> BuildGradientModel(const onnx::ModelProto& model,
                                                     const GradientGraphOptions& options) {
   if (model.graph().node_size() == 0) return absl::InvalidArgumentError("the model has no nodes");
-  const int opset = ImportedOnnxOpset(model);
-  if (opset > 0 && opset < kMinGradientOpset) {
-    absl::StatusOr<onnx::ModelProto> converted = ConvertToGradientOpset(model, opset);
-    if (!converted.ok()) return converted.status();
-    return Builder(*std::move(converted), options).Build();
-  }
-  return Builder(model, options).Build();
+  absl::StatusOr<onnx::ModelProto> converted = ConvertForDifferentiation(model);
+  if (!converted.ok()) return converted.status();
+  return Builder(*std::move(converted), options).Build();
 }
 
 }  // namespace traind::engine

@@ -626,6 +626,25 @@ TEST(GradientBuilderTest, Opset6ClipIsConvertedThenDifferentiated) {
   }
 }
 
+TEST(GradientBuilderTest, ConvertForDifferentiationLeavesModernModelsAlone) {
+  ModelBuilder modern;
+  modern.Input("x", {2});
+  modern.Node("Neg", {"x"}, "y");
+  AddSquaredSumLoss(modern);
+  auto same = ConvertForDifferentiation(modern.model());
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->SerializeAsString(), modern.model().SerializeAsString());
+
+  ModelBuilder legacy(onnx::TensorProto::DOUBLE, 6);
+  legacy.Input("x", {2});
+  legacy.Node("Neg", {"x"}, "y");
+  AddSquaredSumLoss(legacy);
+  auto converted = ConvertForDifferentiation(legacy.model());
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(converted->opset_import(0).version(), kMinGradientOpset);
+  EXPECT_TRUE(LoadModelFromBytes(converted->SerializeAsString()).ok());
+}
+
 // onnx 1.12's Clip 10->11 adapter makes float bounds even for a double input; the converted model is checked,
 // and the failure is a clear error rather than a broken gradient model.
 TEST(GradientBuilderTest, AFailedVersionConversionIsReported) {

@@ -560,6 +560,10 @@ absl::Status ConvTransposeGradient(GradientRuleContext& g) {
   }
   const bool derive_pads = !g.IntsAttr("output_shape").empty() || auto_pad != "NOTSET";
   const int64_t group = g.IntAttr("group", 1);
+  if (group < 1 || x_shape[1] % group != 0 || y_shape[1] % group != 0 || strides.size() != spatial ||
+      dilations.size() != spatial || output_padding.size() != spatial || pads.size() != 2 * spatial) {
+    return absl::InvalidArgumentError("ConvTranspose: inconsistent group, strides, dilations, pads or output_padding");
+  }
   for (size_t d = 0; d < spatial; ++d) {
     // The kernel's output before cropping, and how much of it the pads crop.
     const int64_t full =

@@ -462,8 +462,12 @@ absl::Status GatherNDGradient(GradientRuleContext& g) {
     }
     // coordinates[..., j] = the position along batch dim j of each index tuple.
     std::vector<int64_t> tuple_dims(index_shape.begin(), index_shape.end() - 1);
-    int64_t tuples = 1;
-    for (int64_t dim : tuple_dims) tuples *= dim;
+    double tuple_count = 1;  // in double: declared dims may be hostile
+    for (int64_t dim : tuple_dims) tuple_count *= static_cast<double>(dim);
+    if (tuple_count * static_cast<double>(batch_dims) > static_cast<double>(int64_t{1} << 24)) {
+      return absl::UnimplementedError("GatherND gradients with batch_dims for more than 2^24 index coordinates");
+    }
+    const int64_t tuples = static_cast<int64_t>(tuple_count);
     std::vector<int64_t> coordinates;
     coordinates.reserve(static_cast<size_t>(tuples * batch_dims));
     for (int64_t t = 0; t < tuples; ++t) {

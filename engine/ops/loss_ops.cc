@@ -174,6 +174,7 @@ absl::Status LogProbabilityGradient(GradientRuleContext& g, const std::string& d
   TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
   TRAIND_ASSIGN_OR_RETURN(int32_t target_type, g.ElemType(g.I(1)));
   if (shape.size() < 2) return absl::InvalidArgumentError("loss input needs a class axis");
+  if (shape[1] > (int64_t{1} << 24)) return absl::UnimplementedError("loss gradients for more than 2^24 classes");
   std::string target = g.I(1);
   if (target_type != onnx::TensorProto::INT64) {
     target = g.Temp("target64");

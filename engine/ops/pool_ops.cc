@@ -461,6 +461,11 @@ absl::Status AveragePoolGradient(GradientRuleContext& g) {
   TRAIND_ASSIGN_OR_RETURN(WindowGeometry w,
                           ResolveForwardWindow(attributes, spatial, attributes.kernel_shape, ceil_mode != 0));
   const size_t rank = w.rank();
+  double positions = 1;  // in double: declared dims may be hostile
+  for (size_t d = 0; d < rank; ++d) positions *= static_cast<double>(w.output[d]);
+  if (positions > static_cast<double>(int64_t{1} << 24)) {
+    return absl::UnimplementedError("AveragePool gradients for more than 2^24 output positions per plane");
+  }
   // 1 / divisor per output position: the product of each dim's tap count.
   std::vector<int64_t> scale_dims = {1, 1};
   std::vector<double> scale = {1.0};
