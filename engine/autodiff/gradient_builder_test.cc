@@ -472,8 +472,8 @@ TEST(GradientBuilderTest, ConvTransposeWithSamePadding) {
   ExpectGradientsMatchFiniteDifferences(b, {"x", "w"}, RandomInputs(b, 29, false));
 }
 
-// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss over [N, C] and [N, C, d], with and without class weights
-// and an ignored target (one inside [0, C), which only the mask can exclude), for every reduction.
+// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss over [N, C] and [N, C, d], with and without (trained)
+// class weights and an ignored target (one inside [0, C), which only the mask can exclude), for every reduction.
 TEST(GradientBuilderTest, LossesWithWeightsIgnoreIndexAndEveryReduction) {
   for (const char* op : {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"}) {
     for (const char* reduction : {"none", "sum", "mean"}) {
@@ -486,8 +486,9 @@ TEST(GradientBuilderTest, LossesWithWeightsIgnoreIndexAndEveryReduction) {
           } else {
             b.Int64Tensor("target", {3}, {3, 1, 2});
           }
-          std::vector<std::string> inputs = {"scores", "target"};
+          std::vector<std::string> inputs = {"scores", "target"}, parameters = {"scores"};
           if (weighted) {
+            parameters.push_back("weight");
             b.Input("weight", {4});
             inputs.push_back("weight");
           }
@@ -498,7 +499,7 @@ TEST(GradientBuilderTest, LossesWithWeightsIgnoreIndexAndEveryReduction) {
           SCOPED_TRACE(testing::Message() << op << " " << reduction << (spatial ? " spatial" : "")
                                           << (weighted ? " weighted" : ""));
           // Weights in [0.5, 2]; scores positive too, which NLL (any real input) does not mind.
-          ExpectGradientsMatchFiniteDifferences(b, {"scores"}, RandomInputs(b, 31, true));
+          ExpectGradientsMatchFiniteDifferences(b, parameters, RandomInputs(b, 31, true));
         }
       }
     }
@@ -520,16 +521,20 @@ TEST(GradientBuilderTest, SoftmaxCrossEntropyLossLogProbabilityOutput) {
   ExpectGradientsMatchFiniteDifferences(b, {"scores"}, RandomInputs(b, 37, false));
 }
 
-TEST(GradientBuilderTest, ClassWeightGradientsAreRefused) {
+// The class weights' gradient when only they are trained, through a [N, C, d] loss whose log-probabilities output
+// is used as well (it does not depend on the weights).
+TEST(GradientBuilderTest, ClassWeightGradientAlone) {
   ModelBuilder b;
-  b.Input("scores", {3, 4});
-  b.Input("weight", {4});
-  b.Int64Tensor("target", {3}, {3, 0, 2});
-  b.Node("SoftmaxCrossEntropyLoss", {"scores", "target", "weight"}, "loss");
+  b.Input("scores", {2, 3, 2});
+  b.Input("weight", {3});
+  b.Int64Tensor("target", {2, 2}, {2, 0, 1, 2});
+  onnx::NodeProto* node = b.Node("SoftmaxCrossEntropyLoss", {"scores", "target", "weight"}, "y");
+  node->add_output("log_prob");
+  b.Node("Mul", {"y", "y"}, "y2");
+  ModelBuilder::IntAttr(b.Node("ReduceSum", {"log_prob"}, "lp_sum"), "keepdims", 0);
+  b.Node("Add", {"y2", "lp_sum"}, "loss");
   b.Output("loss");
-  auto result = BuildGradientModel(b.model(), {"loss", {"weight"}});
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(result.status().message(), HasSubstr("class weights"));
+  ExpectGradientsMatchFiniteDifferences(b, {"weight"}, RandomInputs(b, 59, true));
 }
 
 // Models below opset 13 are converted by onnx's version converter, then differentiated with the modern rules:
