@@ -347,9 +347,8 @@ int ImportedOnnxOpset(const onnx::ModelProto& model) {
 // rule is then written, and tested, once. The converted model is checked again, since an adapter can produce a
 // model the checker refuses (onnx 1.12's Clip 10->11 adapter makes float bounds for a double input).
 absl::StatusOr<onnx::ModelProto> ConvertToGradientOpset(const onnx::ModelProto& model, int opset) {
-  const std::string failure =
-      absl::StrCat("the model imports ai.onnx opset ", opset, "; converting it to opset ", kMinGradientOpset,
-                   " for differentiation failed: ");
+  const std::string failure = absl::StrCat("the model imports ai.onnx opset ", opset, "; converting it to opset ",
+                                           kMinGradientOpset, " for differentiation failed: ");
   try {
     // The broadcasting adapters read the shapes of intermediate values, so infer them first.
     onnx::ModelProto with_shapes = model;

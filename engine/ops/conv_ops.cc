@@ -531,7 +531,6 @@ absl::Status ConvGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
-
 // ConvTranspose is the adjoint of Conv with the same weights, strides, dilations, pads and group, so its
 // gradients are Convs (static shapes; the effective pads as the kernel resolves them from pads, auto_pad,
 // output_shape and output_padding):
@@ -548,8 +547,8 @@ absl::Status ConvTransposeGradient(GradientRuleContext& g) {
     return absl::InvalidArgumentError("ConvTranspose: input, weight and output ranks disagree");
   }
   const size_t spatial = x_shape.size() - 2;
-  std::vector<int64_t> strides = g.IntsAttr("strides"), dilations = g.IntsAttr("dilations"),
-                       pads = g.IntsAttr("pads"), output_padding = g.IntsAttr("output_padding");
+  std::vector<int64_t> strides = g.IntsAttr("strides"), dilations = g.IntsAttr("dilations"), pads = g.IntsAttr("pads"),
+                       output_padding = g.IntsAttr("output_padding");
   if (strides.empty()) strides.assign(spatial, 1);
   if (dilations.empty()) dilations.assign(spatial, 1);
   if (output_padding.empty()) output_padding.assign(spatial, 0);

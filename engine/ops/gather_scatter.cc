@@ -440,7 +440,6 @@ absl::Status GatherElementsGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
-
 // GatherND (opset 16+ for the scatter): dData = zeros with dy added at the gathered slices. ScatterND has no
 // batch_dims, so with batch_dims b the leading b coordinates of every index tuple (the position in the batch
 // dims, static) are prepended to the indices first.

@@ -163,7 +163,6 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmaxCrossEntropyLossKernel(cons
   return MakeLossKernel(init, "SoftmaxCrossEntropyLoss", /*softmax_first=*/true);
 }
 
-
 // Gradients (static input shape [N, C, d...]). With k[n, c, d] = 1 where c is the target of (n, d) and it is not
 // ignored (else 0), and w the class weights (or ones), the loss of position (n, d) is -sum_c k w[c] x[n, c, d]
 // for the log-probabilities x, so

@@ -422,7 +422,6 @@ absl::Status MaxPoolGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
-
 // GlobalMaxPool (a ReduceMax over the spatial axes): dy goes to the elements equal to the maximum, shared evenly
 // among ties, as ReduceMax's gradient.
 absl::Status GlobalMaxPoolGradient(GradientRuleContext& g) {
