@@ -10,7 +10,9 @@
 #include "absl/strings/str_join.h"
 #include "engine/autodiff/gradient_rule.h"
 #include "engine/runtime/session.h"
+#include "onnx/checker.h"
 #include "onnx/shape_inference/implementation.h"
+#include "onnx/version_converter/convert.h"
 
 namespace traind::engine {
 namespace {
@@ -49,9 +51,9 @@ class Builder {
     for (const auto& opset : model_.opset_import()) {
       opsets_[opset.domain() == "ai.onnx" ? "" : opset.domain()] = static_cast<int>(opset.version());
     }
-    if (opsets_[""] < 13) {
-      return absl::UnimplementedError(
-          absl::StrCat("training needs ai.onnx opset 13 or later; the model imports ", opsets_[""]));
+    if (opsets_[""] < kMinGradientOpset) {
+      return absl::UnimplementedError(absl::StrCat("training needs ai.onnx opset ", kMinGradientOpset,
+                                                   " or later; the model imports ", opsets_[""]));
     }
     const ValueFacts* loss = Facts(options_.loss);
     if (loss == nullptr || !IsFloatingPointType(loss->elem_type) || !loss->has_static_shape || !loss->dims.empty()) {
@@ -78,6 +80,10 @@ class Builder {
       if (!any_output_gradient) continue;
       const OpRegistration* registration = registry_.Find(node.domain(), node.op_type(), OpsetOf(node));
       if (registration != nullptr && registration->gradient.state == GradientState::kNotDifferentiable) continue;
+      if (registration != nullptr && registration->gradient.state == GradientState::kViaVersionConversion) {
+        return absl::InternalError(absl::StrCat(node.op_type(), " (node '", node.name(), "') resolved to a pre-opset-",
+                                                kMinGradientOpset, " registration after version conversion"));
+      }
       if (registration == nullptr || registration->gradient.rule == nullptr) {
         return absl::UnimplementedError(absl::StrCat(
             "no gradient rule for ", node.op_type(), " (node '", node.name(), "'), which lies between the loss and ",
@@ -328,6 +334,38 @@ class Builder {
   int64_t next_temp_ = 0;
 };
 
+int ImportedOnnxOpset(const onnx::ModelProto& model) {
+  for (const auto& opset : model.opset_import()) {
+    if (opset.domain().empty() || opset.domain() == "ai.onnx") return static_cast<int>(opset.version());
+  }
+  return 0;
+}
+
+// Models older than kMinGradientOpset go through onnx's own version converter rather than through a second set of
+// gradient rules for every legacy form (opset-6 `broadcast`/`axis`, Clip's attributes, axes attributes): the
+// converter rewrites those forms into the modern ones (e.g. Unsqueeze for a legacy `axis` broadcast), and every
+// rule is then written, and tested, once. The converted model is checked again, since an adapter can produce a
+// model the checker refuses (onnx 1.12's Clip 10->11 adapter makes float bounds for a double input).
+absl::StatusOr<onnx::ModelProto> ConvertToGradientOpset(const onnx::ModelProto& model, int opset) {
+  const std::string failure = absl::StrCat("the model imports ai.onnx opset ", opset, "; converting it to opset ",
+                                           kMinGradientOpset, " for differentiation failed: ");
+  try {
+    // The broadcasting adapters read the shapes of intermediate values, so infer them first.
+    onnx::ModelProto with_shapes = model;
+    onnx::shape_inference::InferShapes(with_shapes);
+    onnx::ModelProto converted = onnx::version_conversion::ConvertVersion(with_shapes, kMinGradientOpset);
+    onnx::checker::check_model(converted);
+    onnx::ModelProto inferred = converted;  // Strict inference checks the types the adapters chose.
+    onnx::shape_inference::InferShapes(inferred, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions(/*check_type=*/true, /*error_mode=*/1));
+    return converted;
+  } catch (const std::exception& error) {
+    return absl::UnimplementedError(absl::StrCat(failure, error.what()));
+  } catch (...) {
+    return absl::UnimplementedError(absl::StrCat(failure, "unknown exception"));
+  }
+}
+
 }  // namespace
 
 bool IsFloatingPointType(int32_t elem_type) {
@@ -337,10 +375,18 @@ bool IsFloatingPointType(int32_t elem_type) {
 
 std::string GradientName(const std::string& parameter) { return parameter + "_grad"; }
 
+absl::StatusOr<onnx::ModelProto> ConvertForDifferentiation(const onnx::ModelProto& model) {
+  const int opset = ImportedOnnxOpset(model);
+  if (opset > 0 && opset < kMinGradientOpset) return ConvertToGradientOpset(model, opset);
+  return model;
+}
+
 absl::StatusOr<onnx::ModelProto> BuildGradientModel(const onnx::ModelProto& model,
                                                     const GradientGraphOptions& options) {
   if (model.graph().node_size() == 0) return absl::InvalidArgumentError("the model has no nodes");
-  return Builder(model, options).Build();
+  absl::StatusOr<onnx::ModelProto> converted = ConvertForDifferentiation(model);
+  if (!converted.ok()) return converted.status();
+  return Builder(*std::move(converted), options).Build();
 }
 
 }  // namespace traind::engine

@@ -30,7 +30,13 @@ std::string GradientName(const std::string& parameter);
 // holding d(loss)/d(p). Only nodes between a parameter and the loss are differentiated; gradients reaching a
 // value along several paths are summed. Errors (kUnimplemented) name an op on that path without a gradient
 // rule and the parameters it blocks; kInvalidArgument for a non-scalar loss or a parameter the loss does not
-// depend on.
+// depend on. A model importing ai.onnx opset < kMinGradientOpset (13) is first converted to that opset with
+// onnx's version converter, so the result then imports opset 13 (kUnimplemented if the conversion fails).
+// `model` itself when it imports ai.onnx opset >= kMinGradientOpset (or none), else the model converted to that
+// opset by onnx's version converter and checked again (kUnimplemented naming the conversion if that fails).
+// BuildGradientModel applies it; callers that add their own opset-13 nodes (a loss) apply it first.
+absl::StatusOr<onnx::ModelProto> ConvertForDifferentiation(const onnx::ModelProto& model);
+
 absl::StatusOr<onnx::ModelProto> BuildGradientModel(const onnx::ModelProto& model,
                                                     const GradientGraphOptions& options);
 

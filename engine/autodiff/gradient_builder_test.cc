@@ -17,9 +17,9 @@ using ::testing::HasSubstr;
 
 class ModelBuilder {
  public:
-  explicit ModelBuilder(int32_t elem_type = onnx::TensorProto::DOUBLE) : elem_type_(elem_type) {
-    model_.set_ir_version(8);
-    model_.add_opset_import()->set_version(17);
+  explicit ModelBuilder(int32_t elem_type = onnx::TensorProto::DOUBLE, int64_t opset = 17) : elem_type_(elem_type) {
+    model_.set_ir_version(opset < 13 ? 7 : 8);
+    model_.add_opset_import()->set_version(opset);
     model_.mutable_graph()->set_name("test");
   }
 
@@ -56,6 +56,15 @@ class ModelBuilder {
     for (int64_t value : values) tensor->add_int64_data(value);
   }
 
+  // An int64 initializer of any shape ({} for a scalar).
+  void Int64Tensor(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int64_t>& values) {
+    auto* tensor = model_.mutable_graph()->add_initializer();
+    tensor->set_name(name);
+    tensor->set_data_type(onnx::TensorProto::INT64);
+    for (int64_t dim : dims) tensor->add_dims(dim);
+    for (int64_t value : values) tensor->add_int64_data(value);
+  }
+
   onnx::NodeProto* Node(const std::string& op, std::vector<std::string> inputs, const std::string& output) {
     auto* node = model_.mutable_graph()->add_node();
     node->set_op_type(op);
@@ -70,6 +79,18 @@ class ModelBuilder {
     attribute->set_name(name);
     attribute->set_type(onnx::AttributeProto::INT);
     attribute->set_i(value);
+  }
+  static void StringAttr(onnx::NodeProto* node, const char* name, const std::string& value) {
+    auto* attribute = node->add_attribute();
+    attribute->set_name(name);
+    attribute->set_type(onnx::AttributeProto::STRING);
+    attribute->set_s(value);
+  }
+  static void IntsAttr(onnx::NodeProto* node, const char* name, const std::vector<int64_t>& values) {
+    auto* attribute = node->add_attribute();
+    attribute->set_name(name);
+    attribute->set_type(onnx::AttributeProto::INTS);
+    for (int64_t value : values) attribute->add_ints(value);
   }
   static void FloatAttr(onnx::NodeProto* node, const char* name, float value) {
     auto* attribute = node->add_attribute();
@@ -314,16 +335,350 @@ INSTANTIATE_TEST_SUITE_P(
         OpCase{"Conv", {{"x", {1, 4, 4, 4}}}, {}, {{"group", 4}}, {{"pads", {1, 1, 1, 1}}}, {}, false,
                {{"w", {4, 1, 3, 3}}}, 0, true},
         OpCase{"MaxPool", {{"x", {2, 2, 4, 4}}}, {}, {}, {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}}, {}, false,
-               {}, 1}));
+               {}, 1},
+        OpCase{"ReduceL1", {{"x", {2, 3, 4}}}, {}, {{"keepdims", 0}}, {{"axes", {1}}}},
+        OpCase{"ReduceL1", {{"x", {3, 2}}}},
+        OpCase{"ReduceLogSum", {{"x", {2, 3, 2}}}, {}, {}, {{"axes", {0, 2}}}, {}, true},
+        OpCase{"ReduceProd", {{"x", {2, 3, 2}}}, {}, {{"keepdims", 0}}, {{"axes", {1}}}},
+        OpCase{"ReduceProd", {{"x", {2, 3}}}, {}, {}, {}, {}, true},
+        OpCase{"TopK", {{"x", {3, 5}}}, {{"k", {2}}}, {{"axis", 1}}, {}, {}, false, {}, 1},
+        OpCase{"TopK", {{"x", {4, 3}}}, {{"k", {3}}}, {{"axis", 0}, {"largest", 0}}, {}, {}, false, {}, 1},
+        OpCase{"Trilu", {{"x", {3, 4}}}}, OpCase{"Trilu", {{"x", {2, 4, 3}}}, {}, {{"upper", 0}}},
+        OpCase{"GlobalMaxPool", {{"x", {2, 3, 3, 2}}}},
+        OpCase{"AveragePool", {{"x", {2, 2, 5, 5}}}, {}, {},
+               {{"kernel_shape", {3, 3}}, {"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}}},
+        OpCase{"AveragePool", {{"x", {1, 2, 5, 6}}}, {}, {{"count_include_pad", 1}},
+               {{"kernel_shape", {3, 2}}, {"strides", {2, 2}}, {"pads", {1, 0, 2, 1}}}},
+        OpCase{"AveragePool", {{"x", {1, 2, 7, 5}}}, {}, {{"ceil_mode", 1}},
+               {{"kernel_shape", {2, 3}}, {"strides", {3, 2}}, {"pads", {0, 1, 0, 0}}}},
+        OpCase{"AveragePool", {{"x", {1, 1, 7}}}, {}, {{"ceil_mode", 1}, {"count_include_pad", 1}},
+               {{"kernel_shape", {3}}, {"strides", {2}}, {"pads", {1, 0}}}},
+        OpCase{"AveragePool", {{"x", {1, 2, 7}}}, {}, {}, {{"kernel_shape", {2}}, {"strides", {3}}}},
+        OpCase{"ConvTranspose", {{"x", {2, 2, 3, 3}}, {"w", {2, 3, 3, 2}}, {"b", {3}}}, {}, {},
+               {{"strides", {2, 1}}, {"pads", {1, 0, 0, 1}}, {"output_padding", {1, 0}}, {"dilations", {1, 2}}}, {},
+               false, {}, 0, true},
+        OpCase{"ConvTranspose", {{"x", {2, 4, 3, 2}}, {"w", {4, 1, 2, 2}}}, {}, {{"group", 2}},
+               {{"strides", {2, 2}}, {"pads", {0, 1, 1, 0}}}, {}, false, {}, 0, true},
+        OpCase{"ConvTranspose", {{"x", {1, 2, 4}}, {"w", {2, 2, 3}}}, {}, {}, {{"strides", {3}}, {"output_shape", {12}}},
+               {}, false, {}, 0, true}));
+
+// Cases the table above cannot express (string attributes, shaped integer operands, chosen input values).
+// Each ends in loss = sum(y * y).
+void AddSquaredSumLoss(ModelBuilder& b, const std::string& y = "y") {
+  b.Node("Mul", {y, y}, "y2");
+  ModelBuilder::IntAttr(b.Node("ReduceSum", {"y2"}, "loss"), "keepdims", 0);
+  b.Output("loss");
+}
+
+TEST(GradientBuilderTest, CumSumInEveryDirection) {
+  for (int exclusive : {0, 1}) {
+    for (int reverse : {0, 1}) {
+      ModelBuilder b;
+      b.Input("x", {2, 4});
+      b.Int64Tensor("axis", {}, {1});
+      onnx::NodeProto* node = b.Node("CumSum", {"x", "axis"}, "y");
+      ModelBuilder::IntAttr(node, "exclusive", exclusive);
+      ModelBuilder::IntAttr(node, "reverse", reverse);
+      AddSquaredSumLoss(b);
+      SCOPED_TRACE(testing::Message() << "exclusive " << exclusive << " reverse " << reverse);
+      ExpectGradientsMatchFiniteDifferences(b, {"x"}, RandomInputs(b, 3, false));
+    }
+  }
+}
+
+TEST(GradientBuilderTest, TriluWithAnOffset) {
+  for (int64_t k : {-1, 2}) {
+    ModelBuilder b;
+    b.Input("x", {3, 4});
+    b.Int64Tensor("k", {}, {k});
+    ModelBuilder::IntAttr(b.Node("Trilu", {"x", "k"}, "y"), "upper", k > 0 ? 1 : 0);
+    AddSquaredSumLoss(b);
+    ExpectGradientsMatchFiniteDifferences(b, {"x"}, RandomInputs(b, 5, false));
+  }
+}
+
+// dx of a product over a group with one zero is non-zero only at the zero; with two zeros it is zero everywhere.
+// The loss is the plain sum of the products: a squared product would zero every gradient of a group with a zero.
+TEST(GradientBuilderTest, ReduceProdWithZeros) {
+  ModelBuilder b;
+  b.Input("x", {3, 4});
+  onnx::NodeProto* node = b.Node("ReduceProd", {"x"}, "y");
+  ModelBuilder::IntsAttr(node, "axes", {1});
+  ModelBuilder::IntAttr(b.Node("ReduceSum", {"y"}, "loss"), "keepdims", 0);
+  b.Output("loss");
+  NamedTensors inputs = RandomInputs(b, 13, false);
+  Tensor& x = inputs[0].second;
+  Set(x, 1, 0.0);  // row 0: one zero
+  Set(x, 4, 0.0);  // row 1: two zeros
+  Set(x, 6, 0.0);
+  ExpectGradientsMatchFiniteDifferences(b, {"x"}, inputs);
+}
+
+TEST(GradientBuilderTest, GatherND) {
+  ModelBuilder b;
+  b.Input("data", {3, 2, 2});
+  b.Int64Tensor("indices", {3, 2}, {2, 0, 1, 1, 2, 0});  // repeated slice: its gradients add
+  b.Node("GatherND", {"data", "indices"}, "y");
+  AddSquaredSumLoss(b);
+  ExpectGradientsMatchFiniteDifferences(b, {"data"}, RandomInputs(b, 15, false));
+}
+
+TEST(GradientBuilderTest, GatherNDWithBatchDims) {
+  ModelBuilder b;
+  b.Input("data", {2, 3, 2});
+  b.Int64Tensor("indices", {2, 3, 1}, {0, 2, 2, 1, 0, 1});  // repeated index: its gradients add
+  ModelBuilder::IntAttr(b.Node("GatherND", {"data", "indices"}, "y"), "batch_dims", 1);
+  AddSquaredSumLoss(b);
+  ExpectGradientsMatchFiniteDifferences(b, {"data"}, RandomInputs(b, 17, false));
+}
+
+TEST(GradientBuilderTest, ScatterElementsAndScatterNDWithEveryReduction) {
+  for (const char* reduction : {"none", "add", "mul"}) {
+    const bool distinct = std::string(reduction) == "none";  // "none" with repeated indices is unspecified
+    {
+      ModelBuilder b;
+      b.Input("data", {3, 4});
+      b.Input("updates", {2, 3});
+      b.Int64Tensor("indices", {2, 3}, {1, 0, 3, distinct ? 0 : 2, 2, 3});
+      onnx::NodeProto* node = b.Node("ScatterElements", {"data", "indices", "updates"}, "y");
+      ModelBuilder::IntAttr(node, "axis", 1);
+      ModelBuilder::StringAttr(node, "reduction", reduction);
+      AddSquaredSumLoss(b);
+      SCOPED_TRACE(testing::Message() << "ScatterElements " << reduction);
+      ExpectGradientsMatchFiniteDifferences(b, {"data", "updates"}, RandomInputs(b, 19, true));
+    }
+    {
+      ModelBuilder b;
+      b.Input("data", {4, 3});
+      b.Input("updates", {3, 3});
+      b.Int64Tensor("indices", {3, 1}, {2, 0, distinct ? 3 : 2});
+      onnx::NodeProto* node = b.Node("ScatterND", {"data", "indices", "updates"}, "y");
+      ModelBuilder::StringAttr(node, "reduction", reduction);
+      AddSquaredSumLoss(b);
+      SCOPED_TRACE(testing::Message() << "ScatterND " << reduction);
+      ExpectGradientsMatchFiniteDifferences(b, {"data", "updates"}, RandomInputs(b, 23, true));
+    }
+  }
+}
+
+TEST(GradientBuilderTest, ConvTransposeWithSamePadding) {
+  ModelBuilder b(onnx::TensorProto::FLOAT);
+  b.Input("x", {1, 2, 3, 3});
+  b.Input("w", {2, 2, 2, 3});
+  onnx::NodeProto* node = b.Node("ConvTranspose", {"x", "w"}, "y");
+  ModelBuilder::StringAttr(node, "auto_pad", "SAME_LOWER");
+  ModelBuilder::IntsAttr(node, "strides", {2, 2});
+  AddSquaredSumLoss(b);
+  ExpectGradientsMatchFiniteDifferences(b, {"x", "w"}, RandomInputs(b, 29, false));
+}
+
+// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss over [N, C] and [N, C, d], with and without (trained)
+// class weights and an ignored target (one inside [0, C), which only the mask can exclude), for every reduction.
+TEST(GradientBuilderTest, LossesWithWeightsIgnoreIndexAndEveryReduction) {
+  for (const char* op : {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"}) {
+    for (const char* reduction : {"none", "sum", "mean"}) {
+      for (bool spatial : {false, true}) {
+        for (bool weighted : {false, true}) {
+          ModelBuilder b;
+          b.Input("scores", spatial ? std::vector<int64_t>{3, 4, 2} : std::vector<int64_t>{3, 4});
+          if (spatial) {
+            b.Int64Tensor("target", {3, 2}, {0, 3, 1, 1, 2, 0});
+          } else {
+            b.Int64Tensor("target", {3}, {3, 1, 2});
+          }
+          std::vector<std::string> inputs = {"scores", "target"}, parameters = {"scores"};
+          if (weighted) {
+            parameters.push_back("weight");
+            b.Input("weight", {4});
+            inputs.push_back("weight");
+          }
+          onnx::NodeProto* node = b.Node(op, inputs, "y");
+          ModelBuilder::StringAttr(node, "reduction", reduction);
+          ModelBuilder::IntAttr(node, "ignore_index", 1);
+          AddSquaredSumLoss(b);
+          SCOPED_TRACE(testing::Message() << op << " " << reduction << (spatial ? " spatial" : "")
+                                          << (weighted ? " weighted" : ""));
+          // Weights in [0.5, 2]; scores positive too, which NLL (any real input) does not mind.
+          ExpectGradientsMatchFiniteDifferences(b, parameters, RandomInputs(b, 31, true));
+        }
+      }
+    }
+  }
+}
+
+// The log-probabilities output of SoftmaxCrossEntropyLoss carries a gradient of its own.
+TEST(GradientBuilderTest, SoftmaxCrossEntropyLossLogProbabilityOutput) {
+  ModelBuilder b;
+  b.Input("scores", {3, 4});
+  b.Int64Tensor("target", {3}, {3, 0, 2});
+  onnx::NodeProto* node = b.Node("SoftmaxCrossEntropyLoss", {"scores", "target"}, "y");
+  node->add_output("log_prob");
+  b.Node("Mul", {"y", "y"}, "y2");
+  b.Node("Mul", {"log_prob", "log_prob"}, "lp2");
+  ModelBuilder::IntAttr(b.Node("ReduceSum", {"lp2"}, "lp_sum"), "keepdims", 0);
+  b.Node("Add", {"y2", "lp_sum"}, "loss");
+  b.Output("loss");
+  ExpectGradientsMatchFiniteDifferences(b, {"scores"}, RandomInputs(b, 37, false));
+}
+
+// The class weights' gradient when only they are trained, through a [N, C, d] loss whose log-probabilities output
+// is used as well (it does not depend on the weights).
+TEST(GradientBuilderTest, ClassWeightGradientAlone) {
+  ModelBuilder b;
+  b.Input("scores", {2, 3, 2});
+  b.Input("weight", {3});
+  b.Int64Tensor("target", {2, 2}, {2, 0, 1, 2});
+  onnx::NodeProto* node = b.Node("SoftmaxCrossEntropyLoss", {"scores", "target", "weight"}, "y");
+  node->add_output("log_prob");
+  b.Node("Mul", {"y", "y"}, "y2");
+  ModelBuilder::IntAttr(b.Node("ReduceSum", {"log_prob"}, "lp_sum"), "keepdims", 0);
+  b.Node("Add", {"y2", "lp_sum"}, "loss");
+  b.Output("loss");
+  ExpectGradientsMatchFiniteDifferences(b, {"weight"}, RandomInputs(b, 59, true));
+}
+
+// Models below opset 13 are converted by onnx's version converter, then differentiated with the modern rules:
+// opset-6 legacy broadcasting (`broadcast`/`axis`), Gemm's `broadcast`, attribute axes, Max without broadcasting.
+TEST(GradientBuilderTest, Opset6ModelsAreConvertedThenDifferentiated) {
+  ModelBuilder b(onnx::TensorProto::DOUBLE, 6);
+  b.Input("x", {2, 3});
+  b.Input("column", {2});
+  b.Input("W", {3, 4});
+  b.Input("c", {4});
+  b.Input("V", {4, 2});
+  onnx::NodeProto* add = b.Node("Add", {"x", "column"}, "shifted");  // column broadcast along axis 0
+  ModelBuilder::IntAttr(add, "broadcast", 1);
+  ModelBuilder::IntAttr(add, "axis", 0);
+  ModelBuilder::IntAttr(b.Node("Gemm", {"shifted", "W", "c"}, "h"), "broadcast", 1);
+  b.Node("Sigmoid", {"h"}, "s");
+  b.Node("Tanh", {"h"}, "t");
+  b.Node("Max", {"s", "t"}, "m");
+  b.Node("Elu", {"m"}, "e");
+  b.Node("MatMul", {"e", "V"}, "p");
+  ModelBuilder::IntsAttr(b.Node("Unsqueeze", {"p"}, "u"), "axes", {0});
+  ModelBuilder::IntsAttr(b.Node("Transpose", {"u"}, "tr"), "perm", {2, 1, 0});
+  ModelBuilder::IntsAttr(b.Node("Squeeze", {"tr"}, "sq"), "axes", {2});
+  b.Node("Flatten", {"sq"}, "y");
+  AddSquaredSumLoss(b);
+  ExpectGradientsMatchFiniteDifferences(b, {"x", "column", "W", "c", "V"}, RandomInputs(b, 41, false));
+  auto gradient_model = BuildGradientModel(b.model(), {"loss", {"W"}});
+  ASSERT_TRUE(gradient_model.ok());
+  EXPECT_EQ(gradient_model->opset_import(0).version(), kMinGradientOpset);
+}
+
+TEST(GradientBuilderTest, Opset6ElementwiseOpsAreConvertedThenDifferentiated) {
+  ModelBuilder b(onnx::TensorProto::DOUBLE, 6);
+  b.Input("a", {2, 3});
+  b.Input("b", {3});
+  b.Input("c", {2, 3});
+  onnx::NodeProto* div = b.Node("Div", {"a", "b"}, "q");  // trailing legacy broadcast
+  ModelBuilder::IntAttr(div, "broadcast", 1);
+  b.Node("Abs", {"q"}, "abs");
+  b.Node("Sqrt", {"abs"}, "root");
+  onnx::NodeProto* pow = b.Node("Pow", {"root", "b"}, "power");
+  ModelBuilder::IntAttr(pow, "broadcast", 1);
+  b.Node("Exp", {"c"}, "exp");
+  b.Node("Softplus", {"exp"}, "soft");
+  ModelBuilder::FloatAttr(b.Node("LeakyRelu", {"c"}, "leaky"), "alpha", 0.3f);
+  b.Node("Selu", {"leaky"}, "selu");
+  b.Node("Relu", {"selu"}, "relu");
+  b.Node("Neg", {"relu"}, "neg");
+  b.Node("Sub", {"soft", "neg"}, "diff");
+  b.Node("Mul", {"diff", "power"}, "prod");
+  b.Node("Min", {"prod", "a"}, "low");
+  ModelBuilder::IntAttr(b.Node("Concat", {"low", "prod"}, "both"), "axis", 0);
+  b.Int64Tensor("shape", {1}, {12});
+  b.Node("Reshape", {"both", "shape"}, "y");
+  AddSquaredSumLoss(b);
+  ExpectGradientsMatchFiniteDifferences(b, {"a", "b", "c"}, RandomInputs(b, 43, true));
+}
+
+// Scatter (opsets 9-10) becomes ScatterElements.
+TEST(GradientBuilderTest, Opset10ScatterIsConvertedThenDifferentiated) {
+  ModelBuilder b(onnx::TensorProto::DOUBLE, 10);
+  b.Input("data", {3, 4});
+  b.Input("updates", {2, 2});
+  b.Int64Tensor("indices", {2, 2}, {1, 3, 0, 2});
+  ModelBuilder::IntAttr(b.Node("Scatter", {"data", "indices", "updates"}, "y"), "axis", 1);
+  AddSquaredSumLoss(b);
+  ExpectGradientsMatchFiniteDifferences(b, {"data", "updates"}, RandomInputs(b, 47, false));
+}
+
+// Clip-6 has min/max attributes. loss = sum(clip(x)^2): dx = 2 clip(x) inside (min, max), 0 outside.
+TEST(GradientBuilderTest, Opset6ClipIsConvertedThenDifferentiated) {
+  ModelBuilder b(onnx::TensorProto::FLOAT, 6);
+  b.Input("x", {2, 4});
+  onnx::NodeProto* clip = b.Node("Clip", {"x"}, "y");
+  ModelBuilder::FloatAttr(clip, "min", -0.5f);
+  ModelBuilder::FloatAttr(clip, "max", 0.75f);
+  AddSquaredSumLoss(b);
+  auto gradient_model = BuildGradientModel(b.model(), {"loss", {"x"}});
+  ASSERT_TRUE(gradient_model.ok()) << gradient_model.status();
+  auto validated = LoadModelFromBytes(gradient_model->SerializeAsString());
+  ASSERT_TRUE(validated.ok()) << validated.status();
+  auto session = Session::Create(*validated);
+  ASSERT_TRUE(session.ok()) << session.status();
+  const NamedTensors inputs = RandomInputs(b, 53, false);
+  auto outputs = (*session)->Run(inputs);
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  const Tensor* gradient = nullptr;
+  for (const auto& [name, tensor] : *outputs) {
+    if (name == GradientName("x")) gradient = &tensor;
+  }
+  ASSERT_NE(gradient, nullptr);
+  for (int64_t i = 0; i < 8; ++i) {
+    const double x = Get(inputs[0].second, i);
+    const double expected = x > -0.5 && x < 0.75 ? 2 * x : 0.0;
+    EXPECT_NEAR(Get(*gradient, i), expected, 1e-6) << i;
+  }
+}
+
+TEST(GradientBuilderTest, ConvertForDifferentiationLeavesModernModelsAlone) {
+  ModelBuilder modern;
+  modern.Input("x", {2});
+  modern.Node("Neg", {"x"}, "y");
+  AddSquaredSumLoss(modern);
+  auto same = ConvertForDifferentiation(modern.model());
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->SerializeAsString(), modern.model().SerializeAsString());
+
+  ModelBuilder legacy(onnx::TensorProto::DOUBLE, 6);
+  legacy.Input("x", {2});
+  legacy.Node("Neg", {"x"}, "y");
+  AddSquaredSumLoss(legacy);
+  auto converted = ConvertForDifferentiation(legacy.model());
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(converted->opset_import(0).version(), kMinGradientOpset);
+  EXPECT_TRUE(LoadModelFromBytes(converted->SerializeAsString()).ok());
+}
+
+// onnx 1.12's Clip 10->11 adapter makes float bounds even for a double input; the converted model is checked,
+// and the failure is a clear error rather than a broken gradient model.
+TEST(GradientBuilderTest, AFailedVersionConversionIsReported) {
+  ModelBuilder b(onnx::TensorProto::DOUBLE, 6);
+  b.Input("x", {2, 4});
+  onnx::NodeProto* clip = b.Node("Clip", {"x"}, "y");
+  ModelBuilder::FloatAttr(clip, "min", -0.5f);
+  AddSquaredSumLoss(b);
+  auto result = BuildGradientModel(b.model(), {"loss", {"x"}});
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kUnimplemented) << result.status();
+  EXPECT_THAT(result.status().message(), HasSubstr("converting it to opset 13"));
+}
 
 TEST(GradientBuilderTest, AnOpWithoutAGradientRuleOnThePathIsReportedWithTheParametersItBlocks) {
   ModelBuilder b;
   b.Input("x", {2});
   b.Input("w", {2});
   b.Node("Mul", {"x", "w"}, "p");
-  ModelBuilder::IntAttr(b.Node("ReduceLogSum", {"p"}, "loss"), "keepdims", 0);  // no rule yet
+  ModelBuilder::IntAttr(b.Node("ReduceLogSum", {"p"}, "loss"), "keepdims", 0);
   b.Output("loss");
-  auto result = BuildGradientModel(b.model(), {"loss", {"w"}});
+  // A registry in which ReduceLogSum has no rule yet, as a newly added op would.
+  std::vector<OpRegistration> registrations = BuiltinOpRegistrations();
+  for (OpRegistration& registration : registrations) {
+    if (std::string(registration.op_type) == "ReduceLogSum") registration.gradient = kGradientNotYetWritten;
+  }
+  const OpRegistry registry(registrations);
+  auto result = BuildGradientModel(b.model(), {"loss", {"w"}, &registry});
   ASSERT_EQ(result.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(result.status().message(), HasSubstr("ReduceLogSum"));
   EXPECT_THAT(result.status().message(), HasSubstr("w"));

@@ -531,4 +531,111 @@ absl::Status ConvGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+// ConvTranspose is the adjoint of Conv with the same weights, strides, dilations, pads and group, so its
+// gradients are Convs (static shapes; the effective pads as the kernel resolves them from pads, auto_pad,
+// output_shape and output_padding):
+//   dX = Conv(dY, W), which reads exactly the outputs each input element wrote;
+//   dW = Conv's weight gradient with the roles of input and output gradient exchanged, per group:
+//        Conv(dY_g with N and M swapped, X_g with N and C swapped as the kernel), strides and dilations exchanged,
+//        cropped to the kernel size, swapped back to [C/group, M/group, k...] and concatenated over groups;
+//   dB = dY summed over every axis but 1.
+absl::Status ConvTransposeGradient(GradientRuleContext& g) {
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> x_shape, g.StaticShape(g.I(0)));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> w_shape, g.StaticShape(g.I(1)));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> y_shape, g.StaticShape(g.O(0)));
+  if (x_shape.size() < 3 || w_shape.size() != x_shape.size() || y_shape.size() != x_shape.size()) {
+    return absl::InvalidArgumentError("ConvTranspose: input, weight and output ranks disagree");
+  }
+  const size_t spatial = x_shape.size() - 2;
+  std::vector<int64_t> strides = g.IntsAttr("strides"), dilations = g.IntsAttr("dilations"), pads = g.IntsAttr("pads"),
+                       output_padding = g.IntsAttr("output_padding");
+  if (strides.empty()) strides.assign(spatial, 1);
+  if (dilations.empty()) dilations.assign(spatial, 1);
+  if (output_padding.empty()) output_padding.assign(spatial, 0);
+  if (pads.empty()) pads.assign(2 * spatial, 0);
+  std::string auto_pad = "NOTSET";
+  for (const auto& attribute : g.node().attribute()) {
+    if (attribute.name() == "auto_pad") auto_pad = attribute.s();
+  }
+  const bool derive_pads = !g.IntsAttr("output_shape").empty() || auto_pad != "NOTSET";
+  const int64_t group = g.IntAttr("group", 1);
+  if (group < 1 || x_shape[1] % group != 0 || y_shape[1] % group != 0 || strides.size() != spatial ||
+      dilations.size() != spatial || output_padding.size() != spatial || pads.size() != 2 * spatial) {
+    return absl::InvalidArgumentError("ConvTranspose: inconsistent group, strides, dilations, pads or output_padding");
+  }
+  for (size_t d = 0; d < spatial; ++d) {
+    // The kernel's output before cropping, and how much of it the pads crop.
+    const int64_t full =
+        strides[d] * (x_shape[d + 2] - 1) + output_padding[d] + (w_shape[d + 2] - 1) * dilations[d] + 1;
+    const int64_t total = full - y_shape[d + 2];
+    if (derive_pads) {
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);  // floor division
+      pads[d] = auto_pad == "VALID" ? 0 : auto_pad == "SAME_UPPER" ? half : total - half;
+    }
+    pads[d + spatial] = total - pads[d];
+    if (pads[d] < 0 || pads[d + spatial] < 0) {
+      return absl::UnimplementedError("ConvTranspose gradients with an output larger than the uncropped result");
+    }
+    if (output_padding[d] >= strides[d]) {
+      return absl::UnimplementedError("ConvTranspose gradients with output_padding >= stride");
+    }
+  }
+  auto set_window = [&](onnx::NodeProto* conv, const std::vector<int64_t>& conv_strides,
+                        const std::vector<int64_t>& conv_dilations) {
+    GradientRuleContext::SetIntsAttr(conv, "strides", conv_strides);
+    GradientRuleContext::SetIntsAttr(conv, "dilations", conv_dilations);
+    GradientRuleContext::SetIntsAttr(conv, "pads", pads);
+  };
+  if (g.NeedsGI(0)) {
+    onnx::NodeProto* conv = g.Emit("Conv", {g.GO(0), g.I(1)}, {g.GI(0)});
+    set_window(conv, strides, dilations);
+    GradientRuleContext::SetIntAttr(conv, "group", group);
+  }
+  if (g.NeedsGI(1)) {
+    std::vector<int64_t> swap_first_two(x_shape.size());
+    for (size_t d = 0; d < swap_first_two.size(); ++d) swap_first_two[d] = static_cast<int64_t>(d);
+    std::swap(swap_first_two[0], swap_first_two[1]);
+    std::vector<int64_t> kernel_starts(spatial, 0), kernel_ends, kernel_axes;
+    for (size_t d = 0; d < spatial; ++d) {
+      kernel_ends.push_back(w_shape[d + 2]);
+      kernel_axes.push_back(static_cast<int64_t>(d + 2));
+    }
+    const int64_t x_group_channels = x_shape[1] / group, y_group_channels = y_shape[1] / group;
+    // Channels [begin, begin + count) of `value` along axis 1 (the whole value for one group).
+    auto channels = [&](const std::string& value, int64_t begin, int64_t count) {
+      if (group == 1) return value;
+      const std::string slice = g.Temp("group_channels");
+      g.Emit("Slice", {value, g.Int64Constant({begin}), g.Int64Constant({begin + count}), g.Int64Constant({1})},
+             {slice});
+      return slice;
+    };
+    std::vector<std::string> group_gradients;
+    for (int64_t k = 0; k < group; ++k) {
+      const std::string dy_t = g.Temp("dy_mn"), x_t = g.Temp("x_cn"), full = g.Temp("dw_full"),
+                        cropped = g.Temp("dw_cropped");
+      const std::string dw = group == 1 ? g.GI(1) : g.Temp("dw_group");
+      GradientRuleContext::SetIntsAttr(
+          g.Emit("Transpose", {channels(g.GO(0), k * y_group_channels, y_group_channels)}, {dy_t}), "perm",
+          swap_first_two);
+      GradientRuleContext::SetIntsAttr(
+          g.Emit("Transpose", {channels(g.I(0), k * x_group_channels, x_group_channels)}, {x_t}), "perm",
+          swap_first_two);
+      set_window(g.Emit("Conv", {dy_t, x_t}, {full}), dilations, strides);
+      g.Emit("Slice",
+             {full, g.Int64Constant(kernel_starts), g.Int64Constant(kernel_ends), g.Int64Constant(kernel_axes)},
+             {cropped});
+      GradientRuleContext::SetIntsAttr(g.Emit("Transpose", {cropped}, {dw}), "perm", swap_first_two);
+      group_gradients.push_back(dw);
+    }
+    if (group > 1) GradientRuleContext::SetIntAttr(g.Emit("Concat", group_gradients, {g.GI(1)}), "axis", 0);
+  }
+  if (g.num_inputs() > 2 && g.NeedsGI(2)) {
+    std::vector<int64_t> axes = {0};
+    for (size_t d = 2; d < y_shape.size(); ++d) axes.push_back(static_cast<int64_t>(d));
+    onnx::NodeProto* sum = g.Emit("ReduceSum", {g.GO(0), g.Int64Constant(axes)}, {g.GI(2)});
+    GradientRuleContext::SetIntAttr(sum, "keepdims", 0);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace traind::engine

@@ -2,6 +2,7 @@
 // one-element 1-D tensor). `exclusive` shifts by one (the first output is 0); `reverse` sums from
 // the end. Integer sums wrap (two's complement), like the other integer arithmetic in the engine.
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/axis_split.h"
 #include "engine/ops/elementwise.h"
@@ -87,6 +88,16 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateCumSumKernel(const KernelInit& ini
     return init.Error("attributes 'exclusive' and 'reverse' must be 0 or 1");
   }
   return std::unique_ptr<Kernel>(new CumSumKernel(exclusive == 1, reverse == 1));
+}
+
+// Each x[i] reaches the outputs at and after i (before i when reversed): dx is the cumulative sum of dy in the
+// opposite direction, with the same exclusiveness. The axis input is an integer and has no gradient.
+absl::Status CumSumGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  onnx::NodeProto* sum = g.Emit("CumSum", {g.GO(0), g.I(1)}, {g.GI(0)});
+  GradientRuleContext::SetIntAttr(sum, "exclusive", g.IntAttr("exclusive", 0));
+  GradientRuleContext::SetIntAttr(sum, "reverse", g.IntAttr("reverse", 0) == 0 ? 1 : 0);
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

@@ -440,4 +440,110 @@ absl::Status GatherElementsGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+// GatherND (opset 16+ for the scatter): dData = zeros with dy added at the gathered slices. ScatterND has no
+// batch_dims, so with batch_dims b the leading b coordinates of every index tuple (the position in the batch
+// dims, static) are prepended to the indices first.
+absl::Status GatherNDGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  if (g.opset() < 16) return absl::UnimplementedError("GatherND gradients need opset 16 (ScatterND with reduction)");
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  TRAIND_ASSIGN_OR_RETURN(int32_t index_type, g.ElemType(g.I(1)));
+  const int64_t batch_dims = g.IntAttr("batch_dims", 0);
+  std::string indices = g.I(1);
+  if (index_type != onnx::TensorProto::INT64) {
+    indices = g.Temp("indices64");
+    GradientRuleContext::SetIntAttr(g.Emit("Cast", {g.I(1)}, {indices}), "to", onnx::TensorProto::INT64);
+  }
+  if (batch_dims > 0) {
+    TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> index_shape, g.StaticShape(g.I(1)));
+    if (static_cast<int64_t>(index_shape.size()) <= batch_dims) {
+      return absl::InvalidArgumentError("GatherND: indices rank must exceed batch_dims");
+    }
+    // coordinates[..., j] = the position along batch dim j of each index tuple.
+    std::vector<int64_t> tuple_dims(index_shape.begin(), index_shape.end() - 1);
+    double tuple_count = 1;  // in double: declared dims may be hostile
+    for (int64_t dim : tuple_dims) tuple_count *= static_cast<double>(dim);
+    if (tuple_count * static_cast<double>(batch_dims) > static_cast<double>(int64_t{1} << 24)) {
+      return absl::UnimplementedError("GatherND gradients with batch_dims for more than 2^24 index coordinates");
+    }
+    const int64_t tuples = static_cast<int64_t>(tuple_count);
+    std::vector<int64_t> coordinates;
+    coordinates.reserve(static_cast<size_t>(tuples * batch_dims));
+    for (int64_t t = 0; t < tuples; ++t) {
+      std::vector<int64_t> position(tuple_dims.size());
+      for (int64_t rest = t, d = static_cast<int64_t>(tuple_dims.size()) - 1; d >= 0; --d) {
+        position[d] = rest % tuple_dims[d];
+        rest /= tuple_dims[d];
+      }
+      coordinates.insert(coordinates.end(), position.begin(), position.begin() + batch_dims);
+    }
+    std::vector<int64_t> coordinate_shape = tuple_dims;
+    coordinate_shape.push_back(batch_dims);
+    const std::string batch_coordinates = g.Temp("batch_coordinates"), full = g.Temp("full_indices");
+    g.Emit("Reshape", {g.Int64Constant(coordinates), g.Int64Constant(coordinate_shape)}, {batch_coordinates});
+    GradientRuleContext::SetIntAttr(g.Emit("Concat", {batch_coordinates, indices}, {full}), "axis", -1);
+    indices = full;
+  }
+  const std::string shape = g.Temp("data_shape");
+  g.Emit("Shape", {g.I(0)}, {shape});
+  GradientRuleContext::SetStringAttr(g.Emit("ScatterND", {g.Zeros(shape, type), indices, g.GO(0)}, {g.GI(0)}),
+                                     "reduction", "add");
+  return absl::OkStatus();
+}
+
+// ScatterElements and ScatterND share their gradient's shape; `elements` picks the gather/scatter pair.
+//   none: y = data with the scattered positions replaced: dData = dy with those positions zeroed,
+//         dUpdates = dy gathered at the positions (indices are assumed distinct, as the op's result is otherwise
+//         unspecified);
+//   add:  dData = dy, dUpdates = dy gathered;
+//   mul:  y = data * (product of the updates landing on each position): dData = dy scattered-multiplied by the
+//         updates; dUpdates = (dy * y) gathered / updates (a zero update makes that gradient NaN).
+namespace {
+
+absl::Status ScatterGradient(GradientRuleContext& g, bool elements) {
+  const char* scatter_op = elements ? "ScatterElements" : "ScatterND";
+  const char* gather_op = elements ? "GatherElements" : "GatherND";
+  std::string reduction = "none";
+  for (const auto& attribute : g.node().attribute()) {
+    if (attribute.name() == "reduction") reduction = attribute.s();
+  }
+  if (reduction != "none" && reduction != "add" && reduction != "mul") {
+    return absl::UnimplementedError(absl::StrCat(scatter_op, " gradients with reduction '", reduction, "'"));
+  }
+  const int64_t axis = g.IntAttr("axis", 0);
+  auto set_axis = [&](onnx::NodeProto* node) {
+    if (elements) GradientRuleContext::SetIntAttr(node, "axis", axis);
+    return node;
+  };
+  if (g.NeedsGI(0)) {
+    if (reduction == "add") {
+      g.Emit("Identity", {g.GO(0)}, {g.GI(0)});
+    } else if (reduction == "mul") {
+      GradientRuleContext::SetStringAttr(set_axis(g.Emit(scatter_op, {g.GO(0), g.I(1), g.I(2)}, {g.GI(0)})),
+                                         "reduction", "mul");
+    } else {
+      TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(2)));
+      const std::string shape = g.Temp("updates_shape");
+      g.Emit("Shape", {g.I(2)}, {shape});
+      set_axis(g.Emit(scatter_op, {g.GO(0), g.I(1), g.Zeros(shape, type)}, {g.GI(0)}));
+    }
+  }
+  if (g.NeedsGI(2)) {
+    if (reduction == "mul") {
+      const std::string weighted = g.Temp("dy_y"), gathered = g.Temp("dy_y_gathered");
+      g.Emit("Mul", {g.GO(0), g.O(0)}, {weighted});
+      set_axis(g.Emit(gather_op, {weighted, g.I(1)}, {gathered}));
+      g.Emit("Div", {gathered, g.I(2)}, {g.GI(2)});
+    } else {
+      set_axis(g.Emit(gather_op, {g.GO(0), g.I(1)}, {g.GI(2)}));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ScatterElementsGradient(GradientRuleContext& g) { return ScatterGradient(g, /*elements=*/true); }
+absl::Status ScatterNDGradient(GradientRuleContext& g) { return ScatterGradient(g, /*elements=*/false); }
+
 }  // namespace traind::engine

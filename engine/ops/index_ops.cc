@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/index_helpers.h"
 #include "engine/runtime/kernel.h"
@@ -258,6 +259,15 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateOneHotKernel(const KernelInit& ini
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateNonZeroKernel(const KernelInit&) {
   return std::unique_ptr<Kernel>(new NonZeroKernel());
+}
+
+// Trilu keeps or zeroes each element independently: dx is Trilu of dy with the same k and `upper`.
+absl::Status TriluGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  std::vector<std::string> inputs = {g.GO(0)};
+  if (g.num_inputs() > 1 && !g.I(1).empty()) inputs.push_back(g.I(1));
+  GradientRuleContext::SetIntAttr(g.Emit("Trilu", inputs, {g.GI(0)}), "upper", g.IntAttr("upper", 1));
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

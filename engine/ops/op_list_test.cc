@@ -1,4 +1,4 @@
-// Walks the single op list. Issue 4 turns on the gradient-completeness check below.
+// Walks the single op list: well-formed registrations and a gradient slot filled for every op.
 #include <set>
 #include <string>
 
@@ -32,13 +32,32 @@ TEST(OpListTest, FindRespectsOpsetRange) {
   EXPECT_EQ(OpRegistry::Global().Find("", "NoSuchOp", 14), nullptr);
 }
 
-// Lists ops whose gradient slot is still empty. Issue 4 removes DISABLED_ once every op has a
-// rule or says kNotDifferentiable.
-TEST(OpListTest, DISABLED_EveryOpHasAGradientRuleOrIsNotDifferentiable) {
+// A new op without a gradient rule (or an explicit kNotDifferentiable) fails here.
+TEST(OpListTest, EveryOpHasAGradientRuleOrIsNotDifferentiable) {
   for (const OpRegistration& op : OpRegistry::Global().registrations()) {
     EXPECT_NE(op.gradient.state, GradientState::kNotYetWritten)
-        << op.op_type << ": gradient not yet written";
+        << op.op_type << " " << op.first_opset << "-" << op.last_opset << ": gradient not yet written";
+    EXPECT_EQ(op.gradient.state == GradientState::kWritten, op.gradient.rule != nullptr) << op.op_type;
   }
+}
+
+// kGradientViaVersionConversion promises that the gradient builder's version conversion lifts every node of the
+// registration to kMinGradientOpset, where a registration of the same op has a rule (or is not differentiable).
+TEST(OpListTest, VersionConvertedRegistrationsAreOldAndHaveAModernCounterpart) {
+  int converted = 0;
+  for (const OpRegistration& op : OpRegistry::Global().registrations()) {
+    if (op.gradient.state != GradientState::kViaVersionConversion) continue;
+    ++converted;
+    EXPECT_LT(op.last_opset, kMinGradientOpset) << op.op_type;
+    // Scatter became ScatterElements at opset 11.
+    const std::string modern_type = std::string(op.op_type) == "Scatter" ? "ScatterElements" : op.op_type;
+    const OpRegistration* modern = OpRegistry::Global().Find(op.domain, modern_type, kMinGradientOpset);
+    ASSERT_NE(modern, nullptr) << op.op_type << " has no opset-" << kMinGradientOpset << " registration";
+    EXPECT_TRUE(modern->gradient.state == GradientState::kWritten ||
+                modern->gradient.state == GradientState::kNotDifferentiable)
+        << op.op_type;
+  }
+  EXPECT_GT(converted, 0);
 }
 
 }  // namespace

@@ -422,4 +422,101 @@ absl::Status MaxPoolGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+// GlobalMaxPool (a ReduceMax over the spatial axes): dy goes to the elements equal to the maximum, shared evenly
+// among ties, as ReduceMax's gradient.
+absl::Status GlobalMaxPoolGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  std::vector<int64_t> spatial_axes;
+  for (size_t d = 2; d < shape.size(); ++d) spatial_axes.push_back(static_cast<int64_t>(d));
+  const std::string hit = g.Temp("is_max"), mask = g.Temp("mask"), ties = g.Temp("ties"), share = g.Temp("share");
+  g.Emit("Equal", {g.I(0), g.O(0)}, {hit});
+  GradientRuleContext::SetIntAttr(g.Emit("Cast", {hit}, {mask}), "to", type);
+  GradientRuleContext::SetIntAttr(g.Emit("ReduceSum", {mask, g.Int64Constant(spatial_axes)}, {ties}), "keepdims", 1);
+  g.Emit("Div", {mask, ties}, {share});
+  g.Emit("Mul", {share, g.GO(0)}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
+// AveragePool: every input element a window reads receives that window's dy / divisor. The divisor depends only
+// on the output position (count_include_pad, pads, ceil_mode; the kernel's TapRange rules), so
+//   dX = ConvTranspose(dY * (1 / divisor), ones[C, 1, kernel...], group C)
+// with the forward strides and begin pads; the end pad (or output_padding, for trailing input elements no window
+// reads, whose gradient is 0) makes the result X's shape.
+absl::Status AveragePoolGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  const KernelInit init(g.node(), g.opset());
+  TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes, SpatialAttributes::Parse(init, /*allow_dilations=*/false));
+  TRAIND_ASSIGN_OR_RETURN(int64_t ceil_mode, init.GetInt("ceil_mode", 0));
+  TRAIND_ASSIGN_OR_RETURN(int64_t count_include_pad, init.GetInt("count_include_pad", 0));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> x_shape, g.StaticShape(g.I(0)));
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  if (type != onnx::TensorProto::FLOAT && type != onnx::TensorProto::DOUBLE) {
+    return absl::UnimplementedError("AveragePool gradients are implemented for float and double");
+  }
+  if (x_shape.size() < 3) return absl::InvalidArgumentError("AveragePool input needs spatial dims");
+  const std::vector<int64_t> spatial(x_shape.begin() + 2, x_shape.end());
+  TRAIND_ASSIGN_OR_RETURN(WindowGeometry w,
+                          ResolveForwardWindow(attributes, spatial, attributes.kernel_shape, ceil_mode != 0));
+  const size_t rank = w.rank();
+  double positions = 1;  // in double: declared dims may be hostile
+  for (size_t d = 0; d < rank; ++d) positions *= static_cast<double>(w.output[d]);
+  if (positions > static_cast<double>(int64_t{1} << 24)) {
+    return absl::UnimplementedError("AveragePool gradients for more than 2^24 output positions per plane");
+  }
+  // 1 / divisor per output position: the product of each dim's tap count.
+  std::vector<int64_t> scale_dims = {1, 1};
+  std::vector<double> scale = {1.0};
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t low = count_include_pad != 0 ? -w.pad_begin[d] : 0;
+    const int64_t high = count_include_pad != 0 ? w.input[d] + w.pad_end[d] : w.input[d];
+    std::vector<double> next;
+    for (double outer : scale) {
+      for (int64_t o = 0; o < w.output[d]; ++o) {
+        int64_t first = 0, last = 0;
+        TapRange(o, w.strides[d], w.pad_begin[d], w.kernel[d], w.dilations[d], low, high, &first, &last);
+        next.push_back(last > first ? outer / static_cast<double>(last - first) : 0.0);
+      }
+    }
+    scale = std::move(next);
+    scale_dims.push_back(w.output[d]);
+  }
+  const std::string scale_name = g.Temp("inverse_divisor");
+  onnx::NodeProto* constant = g.Emit("Constant", {}, {scale_name});
+  auto* attribute = constant->add_attribute();
+  attribute->set_name("value");
+  attribute->set_type(onnx::AttributeProto::TENSOR);
+  onnx::TensorProto* tensor = attribute->mutable_t();
+  tensor->set_data_type(type);
+  for (int64_t dim : scale_dims) tensor->add_dims(dim);
+  for (double value : scale) {
+    if (type == onnx::TensorProto::DOUBLE) {
+      tensor->add_double_data(value);
+    } else {
+      tensor->add_float_data(static_cast<float>(value));
+    }
+  }
+  std::vector<int64_t> pad_begin, pad_end, output_padding, ones_shape = {x_shape[1], 1};
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t reach = (w.output[d] - 1) * w.strides[d] + w.Extent(d) - w.pad_begin[d] - w.input[d];
+    if (-reach >= w.strides[d]) return absl::InternalError("AveragePool: an input row no window reads");
+    pad_begin.push_back(w.pad_begin[d]);
+    pad_end.push_back(std::max<int64_t>(reach, 0));
+    output_padding.push_back(std::max<int64_t>(-reach, 0));
+    ones_shape.push_back(w.kernel[d]);
+  }
+  std::vector<int64_t> pads = pad_begin;
+  pads.insert(pads.end(), pad_end.begin(), pad_end.end());
+  const std::string scaled = g.Temp("dy_scaled"), ones = g.Temp("ones_kernel");
+  g.Emit("Mul", {g.GO(0), scale_name}, {scaled});
+  g.Emit("Expand", {g.ScalarConstant(1.0, type), g.Int64Constant(ones_shape)}, {ones});
+  onnx::NodeProto* spread = g.Emit("ConvTranspose", {scaled, ones}, {g.GI(0)});
+  GradientRuleContext::SetIntsAttr(spread, "strides", w.strides);
+  GradientRuleContext::SetIntsAttr(spread, "pads", pads);
+  GradientRuleContext::SetIntsAttr(spread, "output_padding", output_padding);
+  GradientRuleContext::SetIntAttr(spread, "group", x_shape[1]);
+  return absl::OkStatus();
+}
+
 }  // namespace traind::engine

@@ -633,4 +633,66 @@ absl::Status ReduceExtremumGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+// ReduceL1: dx = sign(x) dy (0 at 0, as PyTorch's abs).
+absl::Status ReduceL1Gradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(Spread spread, SpreadOutputAndGradient(g));
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string zero = g.ScalarConstant(0.0, type);
+  const std::string positive = g.Temp("positive"), negative = g.Temp("negative"), positive_mask = g.Temp("plus"),
+                    negative_mask = g.Temp("minus"), sign = g.Temp("sign");
+  g.Emit("Greater", {g.I(0), zero}, {positive});
+  g.Emit("Less", {g.I(0), zero}, {negative});
+  GradientRuleContext::SetIntAttr(g.Emit("Cast", {positive}, {positive_mask}), "to", type);
+  GradientRuleContext::SetIntAttr(g.Emit("Cast", {negative}, {negative_mask}), "to", type);
+  g.Emit("Sub", {positive_mask, negative_mask}, {sign});
+  g.Emit("Mul", {spread.dy, sign}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
+// ReduceLogSum: y = log(sum x), dx = dy / sum x = dy / exp(y).
+absl::Status ReduceLogSumGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(Spread spread, SpreadOutputAndGradient(g));
+  const std::string sum = g.Temp("sum");
+  g.Emit("Exp", {spread.y_kept}, {sum});
+  g.Emit("Div", {spread.dy, sum}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
+// ReduceProd: dx_i = dy * (product of the other elements of x_i's group), without dividing by x_i, which may be
+// 0. With p the product of the group's non-zero elements and z its number of zeros:
+//   x_i != 0: p / x_i when z = 0, else 0;     x_i == 0: p when z = 1, else 0.
+absl::Status ReduceProdGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();
+  TRAIND_ASSIGN_OR_RETURN(Spread spread, SpreadOutputAndGradient(g));
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string zero = g.ScalarConstant(0.0, type), one = g.ScalarConstant(1.0, type);
+  const std::string is_zero = g.Temp("is_zero"), zero_mask = g.Temp("zero_mask"), nonzero_x = g.Temp("nonzero_x"),
+                    product = g.Temp("nonzero_product"), zeros = g.Temp("zero_count"), no_zero = g.Temp("no_zero"),
+                    one_zero = g.Temp("one_zero"), no_zero_mask = g.Temp("no_zero_mask"),
+                    one_zero_mask = g.Temp("one_zero_mask"), others = g.Temp("product_of_others"),
+                    at_nonzero = g.Temp("at_nonzero"), at_zero = g.Temp("at_zero"), local = g.Temp("local");
+  g.Emit("Equal", {g.I(0), zero}, {is_zero});
+  GradientRuleContext::SetIntAttr(g.Emit("Cast", {is_zero}, {zero_mask}), "to", type);
+  g.Emit("Where", {is_zero, one, g.I(0)}, {nonzero_x});
+  const std::vector<int64_t> axes = g.IntsAttr("axes");
+  onnx::NodeProto* prod = g.Emit("ReduceProd", {nonzero_x}, {product});
+  if (!axes.empty()) GradientRuleContext::SetIntsAttr(prod, "axes", axes);
+  GradientRuleContext::SetIntAttr(prod, "keepdims", 1);
+  std::vector<std::string> count_inputs = {zero_mask};
+  if (!axes.empty()) count_inputs.push_back(g.Int64Constant(axes));
+  GradientRuleContext::SetIntAttr(g.Emit("ReduceSum", count_inputs, {zeros}), "keepdims", 1);
+  g.Emit("Equal", {zeros, zero}, {no_zero});
+  g.Emit("Equal", {zeros, one}, {one_zero});
+  GradientRuleContext::SetIntAttr(g.Emit("Cast", {no_zero}, {no_zero_mask}), "to", type);
+  GradientRuleContext::SetIntAttr(g.Emit("Cast", {one_zero}, {one_zero_mask}), "to", type);
+  g.Emit("Div", {product, nonzero_x}, {others});
+  g.Emit("Mul", {others, no_zero_mask}, {at_nonzero});
+  g.Emit("Mul", {product, one_zero_mask}, {at_zero});
+  g.Emit("Where", {is_zero, at_zero, at_nonzero}, {local});
+  g.Emit("Mul", {spread.dy, local}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
 }  // namespace traind::engine

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/axis_split.h"
 #include "engine/runtime/dispatch.h"
@@ -118,6 +119,19 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateTopKKernel(const KernelInit& init)
     return init.Error("attributes 'largest' and 'sorted' must be 0 or 1");
   }
   return std::unique_ptr<Kernel>(new TopKKernel(k, axis, largest == 1));
+}
+
+// Values: each selected element receives its output's gradient, the others none. The indices along the axis
+// are distinct within a slice, so a plain ScatterElements (no reduction) places them. K and the Indices output
+// are integers.
+absl::Status TopKGradient(GradientRuleContext& g) {
+  if (!g.NeedsGI(0)) return absl::OkStatus();  // Indices carry no gradient, so one reached Values.
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string shape = g.Temp("x_shape");
+  g.Emit("Shape", {g.I(0)}, {shape});
+  onnx::NodeProto* scatter = g.Emit("ScatterElements", {g.Zeros(shape, type), g.O(1), g.GO(0)}, {g.GI(0)});
+  GradientRuleContext::SetIntAttr(scatter, "axis", g.IntAttr("axis", -1));
+  return absl::OkStatus();
 }
 
 }  // namespace traind::engine

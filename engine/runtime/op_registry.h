@@ -21,7 +21,13 @@ enum class GradientState {
   kNotYetWritten,
   kNotDifferentiable,
   kWritten,
+  // Registrations for opsets below kMinGradientOpset: the gradient builder first converts such models with
+  // onnx's version converter, so their nodes are differentiated by the op's modern registration instead.
+  kViaVersionConversion,
 };
+
+// The oldest ai.onnx opset the gradient rules are written for; older models are converted up to it.
+inline constexpr int kMinGradientOpset = 13;
 
 class GradientRuleContext;  // engine/autodiff/gradient_rule.h
 // Emits the backward nodes of one forward node (see GradientRuleContext).
@@ -34,6 +40,7 @@ struct GradientSlot {
 
 inline constexpr GradientSlot kGradientNotYetWritten{GradientState::kNotYetWritten, nullptr};
 inline constexpr GradientSlot kNotDifferentiable{GradientState::kNotDifferentiable, nullptr};
+inline constexpr GradientSlot kGradientViaVersionConversion{GradientState::kViaVersionConversion, nullptr};
 // In op_list.inc: TRAIND_OP(..., CreateReluKernel, TRAIND_GRADIENT(ReluGradient)), the rule being defined
 // next to the kernel. op_list.cc declares the rule from this same line.
 #define TRAIND_GRADIENT(rule) (::traind::engine::GradientSlot{::traind::engine::GradientState::kWritten, &rule})
