@@ -314,7 +314,21 @@ INSTANTIATE_TEST_SUITE_P(
         OpCase{"Conv", {{"x", {1, 4, 4, 4}}}, {}, {{"group", 4}}, {{"pads", {1, 1, 1, 1}}}, {}, false,
                {{"w", {4, 1, 3, 3}}}, 0, true},
         OpCase{"MaxPool", {{"x", {2, 2, 4, 4}}}, {}, {}, {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}}, {}, false,
-               {}, 1}));
+               {}, 1},
+        // Fused ConvGrad with groups: weight and bias gradients of grouped and depthwise convolutions, 1-D too.
+        OpCase{"Conv", {{"x", {2, 4, 5, 5}}, {"w", {6, 2, 3, 3}}, {"b", {6}}}, {}, {{"group", 2}},
+               {{"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}}, {}, false, {}, 0, true},
+        OpCase{"Conv", {{"x", {1, 4, 4, 4}}, {"w", {4, 1, 3, 3}}}, {}, {{"group", 4}}, {{"pads", {1, 0, 1, 2}}}, {},
+               false, {}, 0, true},
+        OpCase{"Conv", {{"x", {2, 3, 7}}, {"w", {2, 3, 3}}, {"b", {2}}}, {}, {}, {{"dilations", {2}}}, {}, false, {}, 0,
+               true},
+        // Fused MaxPoolGrad without an Indices output: overlapping windows, padding, ceil_mode, 1-D.
+        OpCase{"MaxPool", {{"x", {2, 2, 5, 5}}}, {}, {{"ceil_mode", 1}},
+               {{"kernel_shape", {3, 3}}, {"strides", {2, 2}}, {"pads", {1, 1, 0, 0}}}},
+        OpCase{"MaxPool", {{"x", {2, 3, 7}}}, {}, {}, {{"kernel_shape", {2}}, {"dilations", {2}}}},
+        // Fused BatchNormalizationGrad on a [N, C] input.
+        OpCase{"BatchNormalization", {{"x", {5, 3}}, {"scale", {3}}, {"bias", {3}}}, {}, {{"training_mode", 1}}, {},
+               {{"epsilon", 1e-3f}}, false, {{"mean", {3}}, {"var", {3}}}, 2}));
 
 TEST(GradientBuilderTest, AnOpWithoutAGradientRuleOnThePathIsReportedWithTheParametersItBlocks) {
   ModelBuilder b;

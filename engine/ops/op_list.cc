@@ -1,5 +1,6 @@
 // Expands engine/ops/op_list.inc twice: once to declare every kernel factory, once to build the
 // registration table. Adding an op never touches this file.
+#include "engine/model/traind_schemas.h"  // kTraindTrainingDomain
 #include "engine/runtime/op_registry.h"
 
 namespace traind::engine {

@@ -1,0 +1,151 @@
+// MaxPoolGrad (domain ai.traind.training): MaxPool's input gradient without the Indices output.
+//
+//   MaxPoolGrad(dY, X) -> dX, attributes exactly those of the forward MaxPool.
+//
+// Each output window's maximum is found again in X — the first maximum in row-major window order, as the forward
+// kernel and PyTorch choose it — and its dY is added to that input element. Recomputing costs one read of X;
+// in exchange the forward MaxPool runs its fast oneDNN path (an Indices output would force the direct loop) and
+// no int64 index tensor is kept alive from the forward to the backward pass.
+#include <algorithm>
+#include <limits>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/ops/spatial_attributes.h"
+#include "engine/runtime/dispatch.h"
+#include "engine/runtime/kernel.h"
+
+namespace traind::engine {
+namespace {
+
+// The window geometry padded to 3 spatial dims with leading unit dims: one loop nest for 1-D, 2-D and 3-D.
+struct Geometry3 {
+  int64_t input[3], output[3], kernel[3], strides[3], dilations[3], pad_begin[3];
+
+  explicit Geometry3(const WindowGeometry& g) {
+    const size_t lead = 3 - g.rank();
+    for (size_t j = 0; j < 3; ++j) {
+      input[j] = output[j] = kernel[j] = strides[j] = dilations[j] = 1;
+      pad_begin[j] = 0;
+    }
+    for (size_t i = 0; i < g.rank(); ++i) {
+      input[lead + i] = g.input[i];
+      output[lead + i] = g.output[i];
+      kernel[lead + i] = g.kernel[i];
+      strides[lead + i] = g.strides[i];
+      dilations[lead + i] = g.dilations[i];
+      pad_begin[lead + i] = g.pad_begin[i];
+    }
+  }
+};
+
+// Taps [*first, *last) of output position `o` along one dim that read inside the input [0, size).
+inline void ValidTaps(int64_t o, int64_t stride, int64_t pad_begin, int64_t kernel, int64_t dilation, int64_t size,
+                      int64_t* first, int64_t* last) {
+  const int64_t start = o * stride - pad_begin;
+  const int64_t begin_tap = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
+  const int64_t end_tap = start >= size ? 0 : (size - start + dilation - 1) / dilation;
+  *first = std::min(begin_tap, kernel);
+  *last = std::max(std::min(end_tap, kernel), *first);
+}
+
+template <typename T>
+void MaxPoolBackwardPlane(const Geometry3& w, const T* x, const T* dy, T* dx) {
+  const int64_t in_size = w.input[0] * w.input[1] * w.input[2];
+  std::fill_n(dx, in_size, T(0));
+  int64_t o = 0;
+  for (int64_t od = 0; od < w.output[0]; ++od) {
+    int64_t d0, d1;
+    ValidTaps(od, w.strides[0], w.pad_begin[0], w.kernel[0], w.dilations[0], w.input[0], &d0, &d1);
+    const int64_t sd = od * w.strides[0] - w.pad_begin[0];
+    for (int64_t oh = 0; oh < w.output[1]; ++oh) {
+      int64_t h0, h1;
+      ValidTaps(oh, w.strides[1], w.pad_begin[1], w.kernel[1], w.dilations[1], w.input[1], &h0, &h1);
+      const int64_t sh = oh * w.strides[1] - w.pad_begin[1];
+      for (int64_t ow = 0; ow < w.output[2]; ++ow, ++o) {
+        int64_t w0, w1;
+        ValidTaps(ow, w.strides[2], w.pad_begin[2], w.kernel[2], w.dilations[2], w.input[2], &w0, &w1);
+        const int64_t sw = ow * w.strides[2] - w.pad_begin[2];
+        T best = std::numeric_limits<T>::lowest();
+        int64_t best_offset = -1;
+        for (int64_t kd = d0; kd < d1; ++kd) {
+          const int64_t id = sd + kd * w.dilations[0];
+          for (int64_t kh = h0; kh < h1; ++kh) {
+            const int64_t row = (id * w.input[1] + sh + kh * w.dilations[1]) * w.input[2];
+            for (int64_t kw = w0; kw < w1; ++kw) {
+              const int64_t offset = row + sw + kw * w.dilations[2];
+              // Strictly greater: the first maximum wins.
+              if (x[offset] > best || best_offset < 0) {
+                best = x[offset];
+                best_offset = offset;
+              }
+            }
+          }
+        }
+        if (best_offset >= 0) dx[best_offset] += dy[o];
+      }
+    }
+  }
+}
+
+class MaxPoolGradKernel final : public Kernel {
+ public:
+  MaxPoolGradKernel(SpatialAttributes attributes, bool ceil_mode)
+      : attributes_(std::move(attributes)), ceil_mode_(ceil_mode) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
+    if (x->rank() < 3 || x->rank() > 5 || attributes_.kernel_shape.size() != static_cast<size_t>(x->rank() - 2)) {
+      return absl::InvalidArgumentError(absl::StrCat("MaxPoolGrad: X ", x->DebugString(),
+                                                     " must be [N, C, 1-3 spatial dims] matching kernel_shape"));
+    }
+    const std::vector<int64_t> spatial(x->shape().begin() + 2, x->shape().end());
+    TRAIND_ASSIGN_OR_RETURN(WindowGeometry geometry,
+                            ResolveForwardWindow(attributes_, spatial, attributes_.kernel_shape, ceil_mode_));
+    Shape y_shape = {x->dim(0), x->dim(1)};
+    y_shape.insert(y_shape.end(), geometry.output.begin(), geometry.output.end());
+    if (dy->shape() != y_shape || dy->dtype() != x->dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat("MaxPoolGrad: dY ", dy->DebugString(),
+                                                     " must have MaxPool's output shape ", ShapeToString(y_shape)));
+    }
+    const Geometry3 window(geometry);
+    const int64_t planes = x->dim(0) * x->dim(1);
+    const int64_t in_size = DimProduct(x->shape(), 2, x->shape().size());
+    const int64_t out_size = DimProduct(y_shape, 2, y_shape.size());
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "MaxPoolGrad", [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      TRAIND_ASSIGN_OR_RETURN(Tensor * dx, context.AllocateOutput(0, x->dtype(), x->shape()));
+      const T* in = x->data<T>();
+      const T* grad = dy->data<T>();
+      T* out = dx->mutable_data<T>();
+      context.threads().ParallelFor(
+          planes, std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, in_size)),
+          [&](int64_t begin, int64_t end) {
+            for (int64_t p = begin; p < end; ++p) {
+              MaxPoolBackwardPlane<T>(window, in + p * in_size, grad + p * out_size, out + p * in_size);
+            }
+          });
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  SpatialAttributes attributes_;
+  bool ceil_mode_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateMaxPoolGradKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes, SpatialAttributes::Parse(init, /*allow_dilations=*/true));
+  if (attributes.kernel_shape.empty()) return init.Error("attribute 'kernel_shape' is required");
+  TRAIND_ASSIGN_OR_RETURN(int64_t ceil_mode, init.GetInt("ceil_mode", 0));
+  if (ceil_mode != 0 && ceil_mode != 1) {
+    return init.Error(absl::StrCat("attribute 'ceil_mode' must be 0 or 1, got ", ceil_mode));
+  }
+  return std::unique_ptr<Kernel>(new MaxPoolGradKernel(std::move(attributes), ceil_mode == 1));
+}
+
+}  // namespace traind::engine
