@@ -79,6 +79,20 @@ onnx::OpSchema MaxPoolGradSchema() {
   return WindowAttributes(schema);
 }
 
+onnx::OpSchema ReluGradSchema() {
+  onnx::OpSchema schema;
+  schema.SetName("ReluGrad")
+      .SetDomain(kTraindTrainingDomain)
+      .SinceVersion(kTraindTrainingVersion)
+      .SetDoc("Gradient of Relu: dX = dY where X > 0, else 0.")
+      .Input(0, "dY", "Gradient of Relu's output.", "T")
+      .Input(1, "X", "Relu's input.", "T")
+      .Output(0, "dX", "Gradient of X.", "T")
+      .TypeConstraint("T", {"tensor(float)", "tensor(double)"}, "Floating point.")
+      .TypeAndShapeInferenceFunction([](onnx::InferenceContext& ctx) { GradientLikeInput(ctx, 1, 0); });
+  return schema;
+}
+
 // Normalisation gradients: dX like X, dScale and dB like Scale.
 onnx::OpSchema NormalizationGradSchema(const char* name, const char* doc) {
   onnx::OpSchema schema;
@@ -121,7 +135,7 @@ onnx::OpSchema LayerNormalizationGradSchema() {
 const std::vector<SchemaFactory>& Schemas() {
   static const auto* schemas = new std::vector<SchemaFactory>{
       // Gradient kernels:
-      ConvGradSchema, MaxPoolGradSchema, BatchNormalizationGradSchema, LayerNormalizationGradSchema,
+      ConvGradSchema, MaxPoolGradSchema, BatchNormalizationGradSchema, LayerNormalizationGradSchema, ReluGradSchema,
       // Optimizers and gradient accumulation:
   };
   return *schemas;

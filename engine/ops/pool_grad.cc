@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
@@ -50,31 +51,42 @@ inline void ValidTaps(int64_t o, int64_t stride, int64_t pad_begin, int64_t kern
   *last = std::max(std::min(end_tap, kernel), *first);
 }
 
+// For each spatial dim and output index: the first and last valid tap and the window start.
+struct TapTable {
+  std::vector<int64_t> first[3], last[3], start[3];
+
+  explicit TapTable(const Geometry3& w) {
+    for (int j = 0; j < 3; ++j) {
+      for (int64_t o = 0; o < w.output[j]; ++o) {
+        int64_t a, b;
+        ValidTaps(o, w.strides[j], w.pad_begin[j], w.kernel[j], w.dilations[j], w.input[j], &a, &b);
+        first[j].push_back(a);
+        last[j].push_back(b);
+        start[j].push_back(o * w.strides[j] - w.pad_begin[j]);
+      }
+    }
+  }
+};
+
 template <typename T>
-void MaxPoolBackwardPlane(const Geometry3& w, const T* x, const T* dy, T* dx) {
+void MaxPoolBackwardPlane(const Geometry3& w, const TapTable& taps, const T* x, const T* dy, T* dx) {
   const int64_t in_size = w.input[0] * w.input[1] * w.input[2];
   std::fill_n(dx, in_size, T(0));
   int64_t o = 0;
   for (int64_t od = 0; od < w.output[0]; ++od) {
-    int64_t d0, d1;
-    ValidTaps(od, w.strides[0], w.pad_begin[0], w.kernel[0], w.dilations[0], w.input[0], &d0, &d1);
-    const int64_t sd = od * w.strides[0] - w.pad_begin[0];
+    const int64_t d0 = taps.first[0][od], d1 = taps.last[0][od], sd = taps.start[0][od];
     for (int64_t oh = 0; oh < w.output[1]; ++oh) {
-      int64_t h0, h1;
-      ValidTaps(oh, w.strides[1], w.pad_begin[1], w.kernel[1], w.dilations[1], w.input[1], &h0, &h1);
-      const int64_t sh = oh * w.strides[1] - w.pad_begin[1];
+      const int64_t h0 = taps.first[1][oh], h1 = taps.last[1][oh], sh = taps.start[1][oh];
       for (int64_t ow = 0; ow < w.output[2]; ++ow, ++o) {
-        int64_t w0, w1;
-        ValidTaps(ow, w.strides[2], w.pad_begin[2], w.kernel[2], w.dilations[2], w.input[2], &w0, &w1);
-        const int64_t sw = ow * w.strides[2] - w.pad_begin[2];
+        const int64_t w0 = taps.first[2][ow], w1 = taps.last[2][ow], sw = taps.start[2][ow];
         T best = std::numeric_limits<T>::lowest();
         int64_t best_offset = -1;
         for (int64_t kd = d0; kd < d1; ++kd) {
           const int64_t id = sd + kd * w.dilations[0];
           for (int64_t kh = h0; kh < h1; ++kh) {
-            const int64_t row = (id * w.input[1] + sh + kh * w.dilations[1]) * w.input[2];
+            const int64_t row = (id * w.input[1] + sh + kh * w.dilations[1]) * w.input[2] + sw;
             for (int64_t kw = w0; kw < w1; ++kw) {
-              const int64_t offset = row + sw + kw * w.dilations[2];
+              const int64_t offset = row + kw * w.dilations[2];
               // Strictly greater: the first maximum wins.
               if (x[offset] > best || best_offset < 0) {
                 best = x[offset];
@@ -111,6 +123,7 @@ class MaxPoolGradKernel final : public Kernel {
                                                      " must have MaxPool's output shape ", ShapeToString(y_shape)));
     }
     const Geometry3 window(geometry);
+    const TapTable taps(window);
     const int64_t planes = x->dim(0) * x->dim(1);
     const int64_t in_size = DimProduct(x->shape(), 2, x->shape().size());
     const int64_t out_size = DimProduct(y_shape, 2, y_shape.size());
@@ -124,7 +137,7 @@ class MaxPoolGradKernel final : public Kernel {
           planes, std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, in_size)),
           [&](int64_t begin, int64_t end) {
             for (int64_t p = begin; p < end; ++p) {
-              MaxPoolBackwardPlane<T>(window, in + p * in_size, grad + p * out_size, out + p * in_size);
+              MaxPoolBackwardPlane<T>(window, taps, in + p * in_size, grad + p * out_size, out + p * in_size);
             }
           });
       return absl::OkStatus();
