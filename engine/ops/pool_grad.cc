@@ -68,8 +68,39 @@ struct TapTable {
   }
 };
 
+// The common 2x2, stride 2 pooling with every window inside the input (no padding, no dilation): the first
+// maximum of each window found with selects, no data-dependent branches.
+bool IsSimple2x2(const Geometry3& w) {
+  return w.input[0] == 1 && w.kernel[1] == 2 && w.kernel[2] == 2 && w.strides[1] == 2 && w.strides[2] == 2 &&
+         w.dilations[1] == 1 && w.dilations[2] == 1 && w.pad_begin[1] == 0 && w.pad_begin[2] == 0 &&
+         2 * w.output[1] <= w.input[1] && 2 * w.output[2] <= w.input[2];
+}
+
+template <typename T>
+void MaxPool2x2BackwardPlane(const Geometry3& w, const T* x, const T* dy, T* dx) {
+  std::fill_n(dx, w.input[1] * w.input[2], T(0));
+  const int64_t width = w.input[2];
+  for (int64_t oh = 0; oh < w.output[1]; ++oh) {
+    const T* top = x + 2 * oh * width;
+    const T* bottom = top + width;
+    T* dx_top = dx + 2 * oh * width;
+    const T* g = dy + oh * w.output[2];
+    for (int64_t ow = 0; ow < w.output[2]; ++ow) {
+      const int64_t c = 2 * ow;
+      // Row-major window order: top-left, top-right, bottom-left, bottom-right; strictly greater wins.
+      T best = top[c];
+      int64_t offset = c;
+      if (top[c + 1] > best) best = top[c + 1], offset = c + 1;
+      if (bottom[c] > best) best = bottom[c], offset = width + c;
+      if (bottom[c + 1] > best) offset = width + c + 1;
+      dx_top[offset] += g[ow];
+    }
+  }
+}
+
 template <typename T>
 void MaxPoolBackwardPlane(const Geometry3& w, const TapTable& taps, const T* x, const T* dy, T* dx) {
+  if (IsSimple2x2(w)) return MaxPool2x2BackwardPlane(w, x, dy, dx);
   const int64_t in_size = w.input[0] * w.input[1] * w.input[2];
   std::fill_n(dx, in_size, T(0));
   int64_t o = 0;
