@@ -326,6 +326,7 @@ INSTANTIATE_TEST_SUITE_P(
         OpCase{"MaxPool", {{"x", {2, 2, 5, 5}}}, {}, {{"ceil_mode", 1}},
                {{"kernel_shape", {3, 3}}, {"strides", {2, 2}}, {"pads", {1, 1, 0, 0}}}},
         OpCase{"MaxPool", {{"x", {2, 3, 7}}}, {}, {}, {{"kernel_shape", {2}}, {"dilations", {2}}}},
+        OpCase{"MaxPool", {{"x", {1, 2, 5, 5}}}, {}, {}, {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}}},  // odd edge
         // Fused BatchNormalizationGrad on a [N, C] input.
         OpCase{"BatchNormalization", {{"x", {5, 3}}, {"scale", {3}}, {"bias", {3}}}, {}, {{"training_mode", 1}}, {},
                {{"epsilon", 1e-3f}}, false, {{"mean", {3}}, {"var", {3}}}, 2}));

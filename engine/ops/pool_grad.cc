@@ -78,24 +78,33 @@ bool IsSimple2x2(const Geometry3& w) {
 
 template <typename T>
 void MaxPool2x2BackwardPlane(const Geometry3& w, const T* x, const T* dy, T* dx) {
-  std::fill_n(dx, w.input[1] * w.input[2], T(0));
   const int64_t width = w.input[2];
+  const int64_t covered_rows = 2 * w.output[1], covered_columns = 2 * w.output[2];
   for (int64_t oh = 0; oh < w.output[1]; ++oh) {
-    const T* top = x + 2 * oh * width;
-    const T* bottom = top + width;
-    T* dx_top = dx + 2 * oh * width;
-    const T* g = dy + oh * w.output[2];
+    const T* __restrict top = x + 2 * oh * width;
+    const T* __restrict bottom = top + width;
+    T* __restrict dx_top = dx + 2 * oh * width;
+    T* __restrict dx_bottom = dx_top + width;
+    const T* __restrict g = dy + oh * w.output[2];
+    // Every element of every window is written (the gradient or 0), with selects only, so this vectorises.
+    // Row-major window order top-left, top-right, bottom-left, bottom-right; a later element wins only when
+    // strictly greater than every earlier one (the first maximum wins, as in the forward kernel).
     for (int64_t ow = 0; ow < w.output[2]; ++ow) {
       const int64_t c = 2 * ow;
-      // Row-major window order: top-left, top-right, bottom-left, bottom-right; strictly greater wins.
-      T best = top[c];
-      int64_t offset = c;
-      if (top[c + 1] > best) best = top[c + 1], offset = c + 1;
-      if (bottom[c] > best) best = bottom[c], offset = width + c;
-      if (bottom[c + 1] > best) offset = width + c + 1;
-      dx_top[offset] += g[ow];
+      const T a = top[c], b = top[c + 1], e = bottom[c], d = bottom[c + 1], grad = g[ow];
+      const bool b_wins = b > a;
+      const T ab = b_wins ? b : a;
+      const bool e_wins = e > ab;
+      const T abe = e_wins ? e : ab;
+      const bool d_wins = d > abe;
+      dx_top[c] = (!d_wins && !e_wins && !b_wins) ? grad : T(0);
+      dx_top[c + 1] = (!d_wins && !e_wins && b_wins) ? grad : T(0);
+      dx_bottom[c] = (!d_wins && e_wins) ? grad : T(0);
+      dx_bottom[c + 1] = d_wins ? grad : T(0);
     }
+    for (int64_t column = covered_columns; column < width; ++column) dx_top[column] = dx_bottom[column] = T(0);
   }
+  std::fill(dx + covered_rows * width, dx + w.input[1] * width, T(0));  // Rows no window reaches.
 }
 
 template <typename T>
