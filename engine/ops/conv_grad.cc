@@ -94,8 +94,23 @@ class ConvGradKernel final : public Kernel {
     TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<const ConvGradPlan> plan, cache_.GetOrCreate(key, [&] {
       return BuildPlan(*x, *w, y_shape, window, wants_dx, wants_dw || wants_db, wants_db);
     }));
-    if (wants_dx) TRAIND_RETURN_IF_ERROR(RunData(*plan, *dy, *w, *dx, context));
-    if (wants_dw || wants_db) TRAIND_RETURN_IF_ERROR(RunWeights(*plan, *dy, *x, dw, db, context));
+    // dY in the primitives' layout; one reorder serves both when they agree on it.
+    std::shared_ptr<Buffer> dy_for_data, dy_for_weights;
+    const void* data_diff_dst = nullptr;
+    const void* weights_diff_dst = nullptr;
+    if (wants_dx) {
+      TRAIND_ASSIGN_OR_RETURN(data_diff_dst, InLayout(plan->data_diff_dst_in, dy->raw_data(), dy_for_data, context));
+    }
+    if (wants_dw || wants_db) {
+      if (wants_dx && plan->weights_diff_dst == plan->data_diff_dst) {
+        weights_diff_dst = data_diff_dst;
+      } else {
+        TRAIND_ASSIGN_OR_RETURN(weights_diff_dst,
+                                InLayout(plan->weights_diff_dst_in, dy->raw_data(), dy_for_weights, context));
+      }
+    }
+    if (wants_dx) TRAIND_RETURN_IF_ERROR(RunData(*plan, data_diff_dst, *w, *dx, context));
+    if (wants_dw || wants_db) TRAIND_RETURN_IF_ERROR(RunWeights(*plan, weights_diff_dst, *x, dw, db, context));
     return absl::OkStatus();
   }
 
@@ -181,10 +196,10 @@ class ConvGradKernel final : public Kernel {
     return static_cast<const void*>(holder->data());
   }
 
-  static absl::Status RunData(const ConvGradPlan& plan, const Tensor& dy, const Tensor& w, Tensor& dx,
+  // `diff_dst`: dY already in plan.data_diff_dst's layout.
+  static absl::Status RunData(const ConvGradPlan& plan, const void* diff_dst, const Tensor& w, Tensor& dx,
                               KernelContext& context) {
-    std::shared_ptr<Buffer> dy_buffer, w_buffer, dx_buffer;
-    TRAIND_ASSIGN_OR_RETURN(const void* diff_dst, InLayout(plan.data_diff_dst_in, dy.raw_data(), dy_buffer, context));
+    std::shared_ptr<Buffer> w_buffer, dx_buffer;
     TRAIND_ASSIGN_OR_RETURN(const void* weights, InLayout(plan.data_weights_in, w.raw_data(), w_buffer, context));
     void* diff_src = dx.mutable_raw_data();
     if (plan.data_diff_src_out) {
@@ -202,13 +217,12 @@ class ConvGradKernel final : public Kernel {
     return absl::OkStatus();
   }
 
-  // dw / db may be null (not wanted); the primitive still writes them, into scratch buffers.
-  static absl::Status RunWeights(const ConvGradPlan& plan, const Tensor& dy, const Tensor& x, Tensor* dw, Tensor* db,
-                                 KernelContext& context) {
-    std::shared_ptr<Buffer> x_buffer, dy_buffer, dw_buffer, db_buffer;
+  // `diff_dst`: dY already in plan.weights_diff_dst's layout. dw / db may be null (not wanted); the primitive
+  // still writes them, into scratch buffers.
+  static absl::Status RunWeights(const ConvGradPlan& plan, const void* diff_dst, const Tensor& x, Tensor* dw,
+                                 Tensor* db, KernelContext& context) {
+    std::shared_ptr<Buffer> x_buffer, dw_buffer, db_buffer;
     TRAIND_ASSIGN_OR_RETURN(const void* src, InLayout(plan.weights_src_in, x.raw_data(), x_buffer, context));
-    TRAIND_ASSIGN_OR_RETURN(const void* diff_dst,
-                            InLayout(plan.weights_diff_dst_in, dy.raw_data(), dy_buffer, context));
     void* diff_weights = dw == nullptr ? nullptr : dw->mutable_raw_data();
     if (dw == nullptr || plan.weights_diff_weights_out) {
       TRAIND_ASSIGN_OR_RETURN(dw_buffer, context.buffers().Acquire(plan.weights_diff_weights.get_size()));

@@ -47,26 +47,41 @@ void AddShiftedMoments(const T* p, int64_t n, double shift, double* sum, double*
   }
 }
 
-// Sum of dy[i] and of dy[i] * (x[i] - shift), added to *sum_dy and *sum_dy_x.
+// The four sums BatchNormalizationGrad needs over one contiguous run, in one read of x and dy: (x - shift),
+// (x - shift)^2, dy and dy * (x - shift), added to moments[0..3]. Lanes of T (16 floats vectorise fully) are
+// flushed into the double totals every kChunk elements, so each lane adds at most kChunk / 16 values in T.
 template <typename T>
-void AddGradientMoments(const T* dy, const T* x, int64_t n, double shift, double* sum_dy, double* sum_dy_x) {
-  double s[kLanes] = {}, q[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) {
-      const double g = static_cast<double>(dy[i + j]);
-      s[j] += g;
-      q[j] += g * (static_cast<double>(x[i + j]) - shift);
+void AddBatchNormMoments(const T* __restrict x, const T* __restrict dy, int64_t n, T shift, double* moments) {
+  constexpr int kWide = 16;
+  constexpr int64_t kChunk = 1024;
+  for (int64_t chunk = 0; chunk < n; chunk += kChunk) {
+    const int64_t end = std::min(n, chunk + kChunk);
+    T s[kWide] = {}, q[kWide] = {}, g[kWide] = {}, gx[kWide] = {};
+    int64_t i = chunk;
+    for (; i + kWide <= end; i += kWide) {
+      for (int j = 0; j < kWide; ++j) {
+        const T d = x[i + j] - shift;
+        s[j] += d;
+        q[j] += d * d;
+        g[j] += dy[i + j];
+        gx[j] += dy[i + j] * d;
+      }
     }
-  }
-  for (; i < n; ++i) {
-    const double g = static_cast<double>(dy[i]);
-    *sum_dy += g;
-    *sum_dy_x += g * (static_cast<double>(x[i]) - shift);
-  }
-  for (int j = 0; j < kLanes; ++j) {
-    *sum_dy += s[j];
-    *sum_dy_x += q[j];
+    double totals[4] = {0, 0, 0, 0};
+    for (; i < end; ++i) {
+      const double d = static_cast<double>(x[i] - shift);
+      totals[0] += d;
+      totals[1] += d * d;
+      totals[2] += static_cast<double>(dy[i]);
+      totals[3] += static_cast<double>(dy[i]) * d;
+    }
+    for (int j = 0; j < kWide; ++j) {
+      totals[0] += s[j];
+      totals[1] += q[j];
+      totals[2] += g[j];
+      totals[3] += gx[j];
+    }
+    for (int k = 0; k < 4; ++k) moments[k] += totals[k];
   }
 }
 
@@ -121,13 +136,13 @@ class BatchNormGradKernel final : public Kernel {
           channels, std::max<int64_t>(1, kParallelElementThreshold / count), [&](int64_t begin, int64_t end) {
             for (int64_t c = begin; c < end; ++c) {
               // Statistics around a value of the channel (no cancellation when |mean| >> stddev).
-              const double shift = static_cast<double>(in[c * row]);
-              double sum = 0, squares = 0, sum_dy = 0, sum_dy_x = 0;
+              const T shift = in[c * row];
+              double moments[4] = {0, 0, 0, 0};
               for (int64_t b = 0; b < batch; ++b) {
                 const int64_t offset = (b * channels + c) * row;
-                AddShiftedMoments(in + offset, row, shift, &sum, &squares);
-                AddGradientMoments(grad + offset, in + offset, row, shift, &sum_dy, &sum_dy_x);
+                AddBatchNormMoments(in + offset, grad + offset, row, shift, moments);
               }
+              const double sum = moments[0], squares = moments[1], sum_dy = moments[2], sum_dy_x = moments[3];
               const double shifted_mean = sum / n;
               const double var = std::max(0.0, squares / n - shifted_mean * shifted_mean);
               const double inv = 1.0 / std::sqrt(var + epsilon_);
@@ -142,13 +157,12 @@ class BatchNormGradKernel final : public Kernel {
               const double b_coefficient = -a * mean_dy_xhat * inv;
               const double k = -a * mean_dy - b_coefficient * shifted_mean;
               const T ta = static_cast<T>(a), tb = static_cast<T>(b_coefficient), tk = static_cast<T>(k);
-              const T tshift = in[c * row];
               for (int64_t b = 0; b < batch; ++b) {
                 const int64_t offset = (b * channels + c) * row;
                 const T* __restrict g = grad + offset;
                 const T* __restrict xs = in + offset;
                 T* __restrict out = dx + offset;
-                for (int64_t i = 0; i < row; ++i) out[i] = ta * g[i] + tb * (xs[i] - tshift) + tk;
+                for (int64_t i = 0; i < row; ++i) out[i] = ta * g[i] + tb * (xs[i] - shift) + tk;
               }
             }
           });
