@@ -143,6 +143,8 @@ def main():
                     help="before each run wait up to this many s for other processes to use < 0.15 cores")
     ap.add_argument("--torch-args", default="",
                     help="extra torch_train_bench.py arguments, e.g. \"--foreach --env GOMP_SPINCOUNT=10000\"")
+    ap.add_argument("--env", nargs="*", default=[], metavar="KEY=VAL",
+                    help="extra environment for both sides, e.g. GOMP_SPINCOUNT=10000 (libgomp reads it at start-up)")
     ap.add_argument("--check", action="store_true", help="compare --dump output with the models' references")
     ap.add_argument("--grad-tol", type=float, default=1e-4)
     ap.add_argument("--traj-tol", type=float, default=1e-4)
@@ -163,6 +165,7 @@ def main():
                 f"--threads={args.threads}", f"--warmup={args.warmup}", "--steps=20",
                 f"--min_time={args.min_time}", "--json"]
             env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads))
+            env.update(kv.split("=", 1) for kv in args.env)
             out, rss, foreign = run_measured(cmd, env)
             rec = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
             rec.update(peak_rss_mb_measured=rss, foreign_cores=foreign, foreign_before=quiet)
@@ -173,6 +176,8 @@ def main():
                         "--only", name, "--models", args.models, "--min-time", str(args.min_time),
                         "--warmup", str(args.warmup), "--wait-quiet", str(args.wait_quiet),
                         "--json", tmp.name] + args.torch_args.split()
+                if args.env:
+                    tcmd += ["--env"] + args.env
                 _, trss, tforeign = run_measured(tcmd)
                 trec = json.load(open(tmp.name))[0]
             trec.update(peak_rss_mb_measured=trss, foreign_cores_whole=tforeign)
@@ -184,7 +189,7 @@ def main():
 
     med = statistics.median
     print(f"threads {args.threads}, {args.repeats} repeat(s), medians of per-run medians; torch args: "
-          f"{args.torch_args or '(default)'}")
+          f"{args.torch_args or '(default)'}; environment for both: {' '.join(args.env) or '(as set)'}")
     print("| workload | traind ms/step (p10–p90) | torch ms/step (p10–p90) | traind / torch | traind peak RSS MB "
           "(pool MB) | torch peak RSS MB | foreign cores traind / torch |")
     print("|---|---:|---:|---:|---:|---:|---:|")
