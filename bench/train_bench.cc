@@ -366,7 +366,42 @@ int Main() {
 }  // namespace
 }  // namespace traind::engine
 
+// absl keeps only the last occurrence of a flag; these list flags may also be repeated (--input=a=x.npy
+// --input=b=y.npy), so their occurrences are joined into one comma-separated flag before parsing.
+std::vector<std::string> JoinRepeatedListFlags(int argc, char** argv) {
+  static const char* const kListFlags[] = {"input", "target", "requires_grad", "frozen_params"};
+  std::vector<std::string> args = {argv[0]};
+  std::map<std::string, std::string> joined;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    bool list = false;
+    for (const char* flag : kListFlags) {
+      for (const std::string& prefix : {std::string("--") + flag, std::string("-") + flag}) {
+        std::string value;
+        if (arg.rfind(prefix + "=", 0) == 0) {
+          value = arg.substr(prefix.size() + 1);
+        } else if (arg == prefix && i + 1 < argc) {
+          value = argv[++i];
+        } else {
+          continue;
+        }
+        std::string& all = joined[flag];
+        all += (all.empty() ? "" : ",") + value;
+        list = true;
+        break;
+      }
+      if (list) break;
+    }
+    if (!list) args.push_back(arg);
+  }
+  for (const auto& [flag, values] : joined) args.push_back("--" + flag + "=" + values);
+  return args;
+}
+
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> args = JoinRepeatedListFlags(argc, argv);
+  std::vector<char*> pointers;
+  for (std::string& arg : args) pointers.push_back(arg.data());
+  absl::ParseCommandLine(static_cast<int>(pointers.size()), pointers.data());
   return traind::engine::Main();
 }
