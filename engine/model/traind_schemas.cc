@@ -79,18 +79,27 @@ onnx::OpSchema MaxPoolGradSchema() {
   return WindowAttributes(schema);
 }
 
-onnx::OpSchema ReluGradSchema() {
+// An elementwise activation gradient: dX from dY and the forward input X, all of one shape.
+onnx::OpSchema ActivationGradSchema(const char* name, const char* doc) {
   onnx::OpSchema schema;
-  schema.SetName("ReluGrad")
+  schema.SetName(name)
       .SetDomain(kTraindTrainingDomain)
       .SinceVersion(kTraindTrainingVersion)
-      .SetDoc("Gradient of Relu: dX = dY where X > 0, else 0.")
-      .Input(0, "dY", "Gradient of Relu's output.", "T")
-      .Input(1, "X", "Relu's input.", "T")
+      .SetDoc(doc)
+      .Input(0, "dY", "Gradient of the activation's output.", "T")
+      .Input(1, "X", "The activation's input.", "T")
       .Output(0, "dX", "Gradient of X.", "T")
       .TypeConstraint("T", {"tensor(float)", "tensor(double)"}, "Floating point.")
       .TypeAndShapeInferenceFunction([](onnx::InferenceContext& ctx) { GradientLikeInput(ctx, 1, 0); });
   return schema;
+}
+
+onnx::OpSchema ReluGradSchema() {
+  return ActivationGradSchema("ReluGrad", "Gradient of Relu: dX = dY where X > 0, else 0.");
+}
+
+onnx::OpSchema ErfGradSchema() {
+  return ActivationGradSchema("ErfGrad", "Gradient of Erf: dX = dY * 2/sqrt(pi) * exp(-X^2).");
 }
 
 // Normalisation gradients: dX like X, dScale and dB like Scale.
@@ -136,6 +145,7 @@ const std::vector<SchemaFactory>& Schemas() {
   static const auto* schemas = new std::vector<SchemaFactory>{
       // Gradient kernels:
       ConvGradSchema, MaxPoolGradSchema, BatchNormalizationGradSchema, LayerNormalizationGradSchema, ReluGradSchema,
+      ErfGradSchema,
       // Optimizers and gradient accumulation:
   };
   return *schemas;

@@ -1,4 +1,4 @@
-// BatchNormalizationGrad / LayerNormalizationGrad / ReluGrad: values are checked against float64 finite
+// BatchNormalizationGrad / LayerNormalizationGrad: values are checked against float64 finite
 // differences in gradient_builder_test.cc and against PyTorch in tests/golden; here, their contracts.
 #include "engine/model/traind_schemas.h"
 #include "engine/testing/op_tester.h"
@@ -45,14 +45,6 @@ TEST(NormalizationGradTest, RefusesAScaleOfTheWrongSize) {
                       .RunRaw();
     EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << op;
   }
-}
-
-TEST(ReluGradTest, PassesTheGradientWhereTheInputIsPositive) {
-  OpTester("ReluGrad", kTraindTrainingVersion, kTraindTrainingDomain)
-      .AddInput<float>("dy", {4}, {1, 2, 3, 4})
-      .AddInput<float>("x", {4}, {-1, 0, 0.5f, 2})
-      .AddOutput<float>("dx", {4}, {0, 0, 3, 4})
-      .Run();
 }
 
 }  // namespace

@@ -208,16 +208,8 @@ absl::Status SqrtGradient(GradientRuleContext& g) {
 // dx = dy * 2/sqrt(pi) * exp(-x^2).
 absl::Status ErfGradient(GradientRuleContext& g) {
   if (!g.NeedsGI(0)) return absl::OkStatus();
-  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
-  const std::string squared = g.Temp("x2");
-  g.Emit("Mul", {g.I(0), g.I(0)}, {squared});
-  const std::string negated = g.Temp("neg_x2");
-  g.Emit("Neg", {squared}, {negated});
-  const std::string gaussian = g.Temp("exp_neg_x2");
-  g.Emit("Exp", {negated}, {gaussian});
-  const std::string slope = g.Temp("slope");
-  g.Emit("Mul", {gaussian, g.ScalarConstant(1.1283791670955126, type)}, {slope});  // 2/sqrt(pi)
-  EmitScaled(g, slope);
+  // One fused pass with a vectorised exp (engine/ops/activation_grad.cc).
+  g.Emit("ErfGrad", {g.GO(0), g.I(0)}, {g.GI(0)})->set_domain(kTraindTrainingDomain);
   return absl::OkStatus();
 }
 
