@@ -38,7 +38,9 @@ inline float FastErf(float x) {
 // (fast_math_test checks it against std::exp).
 inline float FastExp(float x) {
   x = std::min(88.3f, std::max(-87.3f, x));
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  // n = round(x / ln2) by adding and subtracting 1.5 * 2^23 (no floor call: that blocks vectorisation).
+  constexpr float kRound = 12582912.0f;
+  const float n = (x * 1.44269504088896341f + kRound) - kRound;
   const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
