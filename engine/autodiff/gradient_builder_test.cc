@@ -286,6 +286,8 @@ INSTANTIATE_TEST_SUITE_P(
         OpCase{"MatMul", {{"a", {2, 3, 4}}, {"b", {4, 2}}}}, OpCase{"MatMul", {{"a", {2, 1, 3, 4}}, {"b", {3, 4, 2}}}},
         OpCase{"LayerNormalization", {{"x", {2, 3, 4}}, {"scale", {4}}, {"bias", {4}}}},
         OpCase{"LayerNormalization", {{"x", {2, 3, 4}}, {"scale", {3, 4}}}, {}, {{"axis", 1}}},
+        // A one-element Scale broadcasts: the standard-op rule, not the fused LayerNormalizationGrad.
+        OpCase{"LayerNormalization", {{"x", {2, 3}}, {"scale", {1}}, {"bias", {1}}}},
         OpCase{"BatchNormalization", {{"x", {3, 2, 2, 2}}, {"scale", {2}}, {"bias", {2}}}, {}, {{"training_mode", 1}},
                {}, {}, false, {{"mean", {2}}, {"var", {2}}}, 2},
         OpCase{"BatchNormalization", {{"x", {3, 2, 2}}, {"scale", {2}}, {"bias", {2}}}, {}, {}, {}, {}, true,
