@@ -48,6 +48,13 @@ class ModelBuilder {
     tensor->add_double_data(value);
   }
 
+  void Int64ScalarInitializer(const std::string& name, int64_t value) {
+    auto* tensor = model_.mutable_graph()->add_initializer();
+    tensor->set_name(name);
+    tensor->set_data_type(onnx::TensorProto::INT64);
+    tensor->add_int64_data(value);
+  }
+
   void Int64Initializer(const std::string& name, const std::vector<int64_t>& values) {
     auto* tensor = model_.mutable_graph()->add_initializer();
     tensor->set_name(name);
@@ -332,6 +339,21 @@ INSTANTIATE_TEST_SUITE_P(
         // Fused BatchNormalizationGrad on a [N, C] input.
         OpCase{"BatchNormalization", {{"x", {5, 3}}, {"scale", {3}}, {"bias", {3}}}, {}, {{"training_mode", 1}}, {},
                {{"epsilon", 1e-3f}}, false, {{"mean", {3}}, {"var", {3}}}, 2}));
+
+// Gather with a scalar constant index (one slice along axis 0, as PyTorch exports qkv[i]): the Pad form of the
+// gradient, checked the same way; negative indices count from the end.
+TEST(GradientBuilderTest, GatherOfOneSliceMatchesFiniteDifferences) {
+  for (int64_t index : {0, 1, -1}) {
+    ModelBuilder b;
+    b.Input("data", {3, 2, 2});
+    b.Int64ScalarInitializer("index", index);
+    b.Node("Gather", {"data", "index"}, "y");
+    b.Node("Mul", {"y", "y"}, "y2");
+    ModelBuilder::IntAttr(b.Node("ReduceSum", {"y2"}, "loss"), "keepdims", 0);
+    b.Output("loss");
+    ExpectGradientsMatchFiniteDifferences(b, {"data"}, RandomInputs(b, 5, false));
+  }
+}
 
 TEST(GradientBuilderTest, AnOpWithoutAGradientRuleOnThePathIsReportedWithTheParametersItBlocks) {
   ModelBuilder b;
