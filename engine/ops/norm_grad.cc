@@ -218,40 +218,58 @@ class LayerNormGradKernel final : public Kernel {
       const bool wants_parameters = dscale != nullptr || dbias != nullptr;
       std::vector<double> partials(wants_parameters ? static_cast<size_t>(blocks * 2 * row) : 0, 0.0);
       context.threads().ParallelFor(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
-        std::vector<double> xhat(static_cast<size_t>(row));
+        std::vector<T> xhat(static_cast<size_t>(row));
         for (int64_t block = block_begin; block < block_end; ++block) {
           double* partial_scale = wants_parameters ? partials.data() + block * 2 * row : nullptr;
           double* partial_bias = wants_parameters ? partial_scale + row : nullptr;
           for (int64_t r = rows * block / blocks; r < rows * (block + 1) / blocks; ++r) {
-            const T* xs = in + r * row;
-            const T* g = grad + r * row;
+            const T* __restrict xs = in + r * row;
+            const T* __restrict g = grad + r * row;
             double sum = 0, squares = 0;
-            const double shift = static_cast<double>(xs[0]);
-            AddShiftedMoments(xs, row, shift, &sum, &squares);
+            const T shift = xs[0];
+            AddShiftedMoments(xs, row, static_cast<double>(shift), &sum, &squares);
             const double shifted_mean = sum / static_cast<double>(row);
             const double var = std::max(0.0, squares / static_cast<double>(row) - shifted_mean * shifted_mean);
             const double inv = 1.0 / std::sqrt(var + epsilon_);
-            const double mean = shifted_mean + shift;
+            // Per element in T (vectorised), centred on a value of the row like the statistics; the row sums
+            // in independent lanes of T added up in double.
+            const T offset = static_cast<T>(shifted_mean), inv_t = static_cast<T>(inv);
+            constexpr int kWide = 16;
+            T lane_dxhat[kWide] = {}, lane_dxhat_xhat[kWide] = {};
+            int64_t i = 0;
+            for (; i + kWide <= row; i += kWide) {
+              for (int j = 0; j < kWide; ++j) {
+                const T xh = ((xs[i + j] - shift) - offset) * inv_t;
+                xhat[i + j] = xh;
+                const T dxhat = g[i + j] * gamma[i + j];
+                lane_dxhat[j] += dxhat;
+                lane_dxhat_xhat[j] += dxhat * xh;
+              }
+            }
             double sum_dxhat = 0, sum_dxhat_xhat = 0;
-            for (int64_t i = 0; i < row; ++i) {
-              xhat[i] = (static_cast<double>(xs[i]) - mean) * inv;
-              const double dxhat = static_cast<double>(g[i]) * static_cast<double>(gamma[i]);
+            for (; i < row; ++i) {
+              const T xh = ((xs[i] - shift) - offset) * inv_t;
+              xhat[i] = xh;
+              const double dxhat = static_cast<double>(g[i] * gamma[i]);
               sum_dxhat += dxhat;
-              sum_dxhat_xhat += dxhat * xhat[i];
+              sum_dxhat_xhat += dxhat * static_cast<double>(xh);
+            }
+            for (int j = 0; j < kWide; ++j) {
+              sum_dxhat += lane_dxhat[j];
+              sum_dxhat_xhat += lane_dxhat_xhat[j];
             }
             if (wants_parameters) {
-              for (int64_t i = 0; i < row; ++i) {
-                partial_scale[i] += static_cast<double>(g[i]) * xhat[i];
-                partial_bias[i] += static_cast<double>(g[i]);
+              for (int64_t k = 0; k < row; ++k) {
+                partial_scale[k] += static_cast<double>(g[k] * xhat[k]);
+                partial_bias[k] += static_cast<double>(g[k]);
               }
             }
             if (dx == nullptr) continue;
-            const double mean_dxhat = sum_dxhat / static_cast<double>(row);
-            const double mean_dxhat_xhat = sum_dxhat_xhat / static_cast<double>(row);
-            T* out = dx + r * row;
-            for (int64_t i = 0; i < row; ++i) {
-              const double dxhat = static_cast<double>(g[i]) * static_cast<double>(gamma[i]);
-              out[i] = static_cast<T>(inv * (dxhat - mean_dxhat - xhat[i] * mean_dxhat_xhat));
+            const T mean_dxhat = static_cast<T>(sum_dxhat / static_cast<double>(row));
+            const T mean_dxhat_xhat = static_cast<T>(sum_dxhat_xhat / static_cast<double>(row));
+            T* __restrict out = dx + r * row;
+            for (int64_t k = 0; k < row; ++k) {
+              out[k] = inv_t * (g[k] * gamma[k] - mean_dxhat - xhat[k] * mean_dxhat_xhat);
             }
           }
         }
