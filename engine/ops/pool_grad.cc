@@ -76,33 +76,37 @@ bool IsSimple2x2(const Geometry3& w) {
          2 * w.output[1] <= w.input[1] && 2 * w.output[2] <= w.input[2];
 }
 
+// One output row of the 2x2 case: each window's element values a b / e d and its gradient become the four
+// gradient values, every one written (the gradient or 0) with selects only. Kept separate from the row loop,
+// with restrict pointers, so that it vectorises.
+template <typename T>
+void MaxPool2x2BackwardRow(const T* __restrict top, const T* __restrict bottom, const T* __restrict g,
+                           T* __restrict dx_top, T* __restrict dx_bottom, int64_t outputs) {
+  for (int64_t ow = 0; ow < outputs; ++ow) {
+    const T a = top[2 * ow], b = top[2 * ow + 1], e = bottom[2 * ow], d = bottom[2 * ow + 1], grad = g[ow];
+    // Row-major window order a, b, e, d; a later element wins only when strictly greater than every earlier one
+    // (the first maximum wins, as in the forward kernel).
+    const bool b_wins = b > a;
+    const T ab = b_wins ? b : a;
+    const bool e_wins = e > ab;
+    const T abe = e_wins ? e : ab;
+    const bool d_wins = d > abe;
+    dx_top[2 * ow] = (!d_wins && !e_wins && !b_wins) ? grad : T(0);
+    dx_top[2 * ow + 1] = (!d_wins && !e_wins && b_wins) ? grad : T(0);
+    dx_bottom[2 * ow] = (!d_wins && e_wins) ? grad : T(0);
+    dx_bottom[2 * ow + 1] = d_wins ? grad : T(0);
+  }
+}
+
 template <typename T>
 void MaxPool2x2BackwardPlane(const Geometry3& w, const T* x, const T* dy, T* dx) {
   const int64_t width = w.input[2];
   const int64_t covered_rows = 2 * w.output[1], covered_columns = 2 * w.output[2];
   for (int64_t oh = 0; oh < w.output[1]; ++oh) {
-    const T* __restrict top = x + 2 * oh * width;
-    const T* __restrict bottom = top + width;
-    T* __restrict dx_top = dx + 2 * oh * width;
-    T* __restrict dx_bottom = dx_top + width;
-    const T* __restrict g = dy + oh * w.output[2];
-    // Every element of every window is written (the gradient or 0), with selects only, so this vectorises.
-    // Row-major window order top-left, top-right, bottom-left, bottom-right; a later element wins only when
-    // strictly greater than every earlier one (the first maximum wins, as in the forward kernel).
-    for (int64_t ow = 0; ow < w.output[2]; ++ow) {
-      const int64_t c = 2 * ow;
-      const T a = top[c], b = top[c + 1], e = bottom[c], d = bottom[c + 1], grad = g[ow];
-      const bool b_wins = b > a;
-      const T ab = b_wins ? b : a;
-      const bool e_wins = e > ab;
-      const T abe = e_wins ? e : ab;
-      const bool d_wins = d > abe;
-      dx_top[c] = (!d_wins && !e_wins && !b_wins) ? grad : T(0);
-      dx_top[c + 1] = (!d_wins && !e_wins && b_wins) ? grad : T(0);
-      dx_bottom[c] = (!d_wins && e_wins) ? grad : T(0);
-      dx_bottom[c + 1] = d_wins ? grad : T(0);
-    }
-    for (int64_t column = covered_columns; column < width; ++column) dx_top[column] = dx_bottom[column] = T(0);
+    const T* top = x + 2 * oh * width;
+    T* dx_top = dx + 2 * oh * width;
+    MaxPool2x2BackwardRow(top, top + width, dy + oh * w.output[2], dx_top, dx_top + width, w.output[2]);
+    for (int64_t column = covered_columns; column < width; ++column) dx_top[column] = dx_top[width + column] = T(0);
   }
   std::fill(dx + covered_rows * width, dx + w.input[1] * width, T(0));  // Rows no window reaches.
 }
