@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/autodiff/gradient_rule.h"
+#include "engine/model/traind_schemas.h"
 #include "engine/runtime/session.h"
 #include "onnx/checker.h"
 #include "onnx/shape_inference/implementation.h"
@@ -129,10 +130,24 @@ class Builder {
       output->set_name(GradientName(parameter));
       *output->mutable_type() = types_.at(parameter);
     }
+    ImportTraindDomainIfUsed();
     return std::move(model_);
   }
 
  private:
+  // Rules may emit fused gradient ops of traind's own domain; the model must then import it.
+  void ImportTraindDomainIfUsed() {
+    if (opsets_.count(kTraindTrainingDomain) > 0) return;
+    for (const auto& node : graph_.node()) {
+      if (node.domain() == kTraindTrainingDomain) {
+        onnx::OperatorSetIdProto* opset = model_.add_opset_import();
+        opset->set_domain(kTraindTrainingDomain);
+        opset->set_version(kTraindTrainingVersion);
+        return;
+      }
+    }
+  }
+
   GradientRuleContext::Callbacks Callbacks() {
     return {[this](const std::string& value) { return Facts(value); },
             [this](absl::string_view hint) { return TempName(hint); }, [this] { return graph_.add_node(); },

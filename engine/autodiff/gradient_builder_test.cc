@@ -48,6 +48,13 @@ class ModelBuilder {
     tensor->add_double_data(value);
   }
 
+  void Int64ScalarInitializer(const std::string& name, int64_t value) {
+    auto* tensor = model_.mutable_graph()->add_initializer();
+    tensor->set_name(name);
+    tensor->set_data_type(onnx::TensorProto::INT64);
+    tensor->add_int64_data(value);
+  }
+
   void Int64Initializer(const std::string& name, const std::vector<int64_t>& values) {
     auto* tensor = model_.mutable_graph()->add_initializer();
     tensor->set_name(name);
@@ -307,6 +314,8 @@ INSTANTIATE_TEST_SUITE_P(
         OpCase{"MatMul", {{"a", {2, 3, 4}}, {"b", {4, 2}}}}, OpCase{"MatMul", {{"a", {2, 1, 3, 4}}, {"b", {3, 4, 2}}}},
         OpCase{"LayerNormalization", {{"x", {2, 3, 4}}, {"scale", {4}}, {"bias", {4}}}},
         OpCase{"LayerNormalization", {{"x", {2, 3, 4}}, {"scale", {3, 4}}}, {}, {{"axis", 1}}},
+        // A one-element Scale broadcasts: the standard-op rule, not the fused LayerNormalizationGrad.
+        OpCase{"LayerNormalization", {{"x", {2, 3}}, {"scale", {1}}, {"bias", {1}}}},
         OpCase{"BatchNormalization", {{"x", {3, 2, 2, 2}}, {"scale", {2}}, {"bias", {2}}}, {}, {{"training_mode", 1}},
                {}, {}, false, {{"mean", {2}}, {"var", {2}}}, 2},
         OpCase{"BatchNormalization", {{"x", {3, 2, 2}}, {"scale", {2}}, {"bias", {2}}}, {}, {}, {}, {}, true,
@@ -360,7 +369,22 @@ INSTANTIATE_TEST_SUITE_P(
         OpCase{"ConvTranspose", {{"x", {2, 4, 3, 2}}, {"w", {4, 1, 2, 2}}}, {}, {{"group", 2}},
                {{"strides", {2, 2}}, {"pads", {0, 1, 1, 0}}}, {}, false, {}, 0, true},
         OpCase{"ConvTranspose", {{"x", {1, 2, 4}}, {"w", {2, 2, 3}}}, {}, {}, {{"strides", {3}}, {"output_shape", {12}}},
-               {}, false, {}, 0, true}));
+               {}, false, {}, 0, true},
+        // Fused ConvGrad with groups: weight and bias gradients of grouped and depthwise convolutions, 1-D too.
+        OpCase{"Conv", {{"x", {2, 4, 5, 5}}, {"w", {6, 2, 3, 3}}, {"b", {6}}}, {}, {{"group", 2}},
+               {{"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}}, {}, false, {}, 0, true},
+        OpCase{"Conv", {{"x", {1, 4, 4, 4}}, {"w", {4, 1, 3, 3}}}, {}, {{"group", 4}}, {{"pads", {1, 0, 1, 2}}}, {},
+               false, {}, 0, true},
+        OpCase{"Conv", {{"x", {2, 3, 7}}, {"w", {2, 3, 3}}, {"b", {2}}}, {}, {}, {{"dilations", {2}}}, {}, false, {}, 0,
+               true},
+        // Fused MaxPoolGrad without an Indices output: overlapping windows, padding, ceil_mode, 1-D.
+        OpCase{"MaxPool", {{"x", {2, 2, 5, 5}}}, {}, {{"ceil_mode", 1}},
+               {{"kernel_shape", {3, 3}}, {"strides", {2, 2}}, {"pads", {1, 1, 0, 0}}}},
+        OpCase{"MaxPool", {{"x", {2, 3, 7}}}, {}, {}, {{"kernel_shape", {2}}, {"dilations", {2}}}},
+        OpCase{"MaxPool", {{"x", {1, 2, 5, 5}}}, {}, {}, {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}}},  // odd edge
+        // Fused BatchNormalizationGrad on a [N, C] input.
+        OpCase{"BatchNormalization", {{"x", {5, 3}}, {"scale", {3}}, {"bias", {3}}}, {}, {{"training_mode", 1}}, {},
+               {{"epsilon", 1e-3f}}, false, {{"mean", {3}}, {"var", {3}}}, 2}));
 
 // Cases the table above cannot express (string attributes, shaped integer operands, chosen input values).
 // Each ends in loss = sum(y * y).
@@ -663,6 +687,21 @@ TEST(GradientBuilderTest, AFailedVersionConversionIsReported) {
   auto result = BuildGradientModel(b.model(), {"loss", {"x"}});
   ASSERT_EQ(result.status().code(), absl::StatusCode::kUnimplemented) << result.status();
   EXPECT_THAT(result.status().message(), HasSubstr("converting it to opset 13"));
+}
+
+// Gather with a scalar constant index (one slice along axis 0, as PyTorch exports qkv[i]): the Pad form of the
+// gradient, checked the same way; negative indices count from the end.
+TEST(GradientBuilderTest, GatherOfOneSliceMatchesFiniteDifferences) {
+  for (int64_t index : {0, 1, -1}) {
+    ModelBuilder b;
+    b.Input("data", {3, 2, 2});
+    b.Int64ScalarInitializer("index", index);
+    b.Node("Gather", {"data", "index"}, "y");
+    b.Node("Mul", {"y", "y"}, "y2");
+    ModelBuilder::IntAttr(b.Node("ReduceSum", {"y2"}, "loss"), "keepdims", 0);
+    b.Output("loss");
+    ExpectGradientsMatchFiniteDifferences(b, {"data"}, RandomInputs(b, 5, false));
+  }
 }
 
 TEST(GradientBuilderTest, AnOpWithoutAGradientRuleOnThePathIsReportedWithTheParametersItBlocks) {

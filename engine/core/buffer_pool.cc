@@ -1,5 +1,7 @@
 #include "engine/core/buffer_pool.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace traind::engine {
@@ -31,6 +33,7 @@ void BufferPool::Release(const std::weak_ptr<State>& weak_state, void* data, siz
   std::shared_ptr<State> state = weak_state.lock();
   if (state != nullptr) {
     std::lock_guard<std::mutex> lock(state->mutex);
+    state->bytes_in_use -= capacity;
     if (state->cached_bytes + capacity <= state->max_cached_bytes) {
       state->free_by_capacity[capacity].push_back(data);
       state->cached_bytes += capacity;
@@ -57,6 +60,11 @@ absl::StatusOr<std::shared_ptr<Buffer>> BufferPool::Acquire(size_t size_bytes) {
   if (data == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size_bytes, " bytes"));
   }
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->bytes_in_use += capacity;
+    state_->peak_bytes_in_use = std::max(state_->peak_bytes_in_use, state_->bytes_in_use);
+  }
   std::weak_ptr<State> weak_state = state_;
   return std::make_shared<Buffer>(data, size_bytes, capacity,
                                   [weak_state](void* ptr, size_t cap) {
@@ -78,6 +86,16 @@ absl::StatusOr<Tensor> BufferPool::AllocateTensor(DataType dtype, Shape shape) {
 size_t BufferPool::cached_bytes() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->cached_bytes;
+}
+
+size_t BufferPool::bytes_in_use() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->bytes_in_use;
+}
+
+size_t BufferPool::peak_bytes_in_use() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->peak_bytes_in_use;
 }
 
 size_t BufferPool::reuse_count() const {

@@ -27,6 +27,9 @@ class BufferPool {
 
   size_t cached_bytes() const;
   size_t reuse_count() const;  // How many Acquire calls a cached buffer served (for tests).
+  // Bytes (bucket capacities) handed out and not yet returned: now, and the most ever at once.
+  size_t bytes_in_use() const;
+  size_t peak_bytes_in_use() const;
 
   static size_t BucketCapacity(size_t size_bytes);
 
@@ -37,6 +40,8 @@ class BufferPool {
     size_t cached_bytes = 0;
     size_t max_cached_bytes = 0;
     size_t reuse_count = 0;
+    size_t bytes_in_use = 0;
+    size_t peak_bytes_in_use = 0;
     ~State();
   };
   explicit BufferPool(size_t max_cached_bytes);

@@ -74,6 +74,22 @@ TEST(BufferPoolTest, ReusesReleasedBuffersOfTheSameBucket) {
   EXPECT_LE(BufferPool::BucketCapacity(5000), 5000u * 5 / 4);
 }
 
+TEST(BufferPoolTest, CountsBytesInUseAndTheirPeak) {
+  auto pool = BufferPool::Create();
+  const size_t a_bytes = BufferPool::BucketCapacity(4000), b_bytes = BufferPool::BucketCapacity(8000);
+  {
+    auto a = pool->AllocateTensor(DataType::kFloat32, {1000});
+    auto b = pool->AllocateTensor(DataType::kFloat32, {2000});
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(pool->bytes_in_use(), a_bytes + b_bytes);
+  }
+  EXPECT_EQ(pool->bytes_in_use(), 0u);
+  auto c = pool->AllocateTensor(DataType::kFloat32, {1000});  // Reused: in use again, peak unchanged.
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(pool->bytes_in_use(), a_bytes);
+  EXPECT_EQ(pool->peak_bytes_in_use(), a_bytes + b_bytes);
+}
+
 TEST(BufferPoolTest, BuffersMayOutliveThePool) {
   Tensor survivor;
   {

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/traind_schemas.h"
 #include "engine/ops/dnnl_util.h"
 #include "engine/ops/spatial_attributes.h"
 #include "engine/runtime/dispatch.h"
@@ -458,76 +459,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateConvTransposeKernel(const KernelIn
       new ConvTransposeKernel(std::move(attributes), group, std::move(output_padding), std::move(output_shape)));
 }
 
-// Conv gradients in standard ops (static shapes):
-//   dX = ConvTranspose(dY, W) with the forward strides, dilations, pads, group, and the output padding that
-//        gives back X's spatial size;
-//   dW = Conv(X with N and C swapped, dY with N and M swapped as the kernel), strides and dilations exchanged,
-//        cropped to the kernel size and swapped back (group 1 only so far);
-//   dB = dY summed over every axis but 1.
+// Conv gradients: one fused ConvGrad node (engine/ops/conv_grad.cc, oneDNN backward data / weights) computes
+// whichever of dX, dW, dB are needed, for every group count; it takes the forward node's attributes unchanged.
 absl::Status ConvGradient(GradientRuleContext& g) {
-  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> x_shape, g.StaticShape(g.I(0)));
-  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> w_shape, g.StaticShape(g.I(1)));
-  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> y_shape, g.StaticShape(g.O(0)));
-  const size_t spatial = x_shape.size() - 2;
-  std::vector<int64_t> strides = g.IntsAttr("strides"), dilations = g.IntsAttr("dilations"),
-                       pads = g.IntsAttr("pads");
-  if (strides.empty()) strides.assign(spatial, 1);
-  if (dilations.empty()) dilations.assign(spatial, 1);
-  if (pads.empty()) pads.assign(2 * spatial, 0);
-  const int64_t group = g.IntAttr("group", 1);
-  std::string auto_pad = "NOTSET";
-  for (const auto& attribute : g.node().attribute()) {
-    if (attribute.name() == "auto_pad") auto_pad = attribute.s();
-  }
-  if (auto_pad == "VALID") pads.assign(2 * spatial, 0);
-  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-    for (size_t d = 0; d < spatial; ++d) {
-      const int64_t total = std::max<int64_t>(
-          0, (y_shape[d + 2] - 1) * strides[d] + (w_shape[d + 2] - 1) * dilations[d] + 1 - x_shape[d + 2]);
-      pads[d] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      pads[d + spatial] = total - pads[d];
-    }
-  }
-  if (g.NeedsGI(0)) {
-    std::vector<int64_t> output_padding(spatial);
-    for (size_t d = 0; d < spatial; ++d) {
-      output_padding[d] = x_shape[d + 2] - (strides[d] * (y_shape[d + 2] - 1) + (w_shape[d + 2] - 1) * dilations[d] +
-                                            1 - pads[d] - pads[d + spatial]);
-    }
-    onnx::NodeProto* node = g.Emit("ConvTranspose", {g.GO(0), g.I(1)}, {g.GI(0)});
-    GradientRuleContext::SetIntsAttr(node, "strides", strides);
-    GradientRuleContext::SetIntsAttr(node, "dilations", dilations);
-    GradientRuleContext::SetIntsAttr(node, "pads", pads);
-    GradientRuleContext::SetIntsAttr(node, "output_padding", output_padding);
-    GradientRuleContext::SetIntAttr(node, "group", group);
-  }
-  std::vector<int64_t> swap_first_two(x_shape.size());
-  for (size_t d = 0; d < swap_first_two.size(); ++d) swap_first_two[d] = static_cast<int64_t>(d);
-  std::swap(swap_first_two[0], swap_first_two[1]);
-  if (g.NeedsGI(1)) {
-    if (group != 1) return absl::UnimplementedError("Conv weight gradients with group > 1 are not supported yet");
-    const std::string x_t = g.Temp("x_cn"), dy_t = g.Temp("dy_mn"), full = g.Temp("dw_full"),
-                      cropped = g.Temp("dw_cropped");
-    GradientRuleContext::SetIntsAttr(g.Emit("Transpose", {g.I(0)}, {x_t}), "perm", swap_first_two);
-    GradientRuleContext::SetIntsAttr(g.Emit("Transpose", {g.GO(0)}, {dy_t}), "perm", swap_first_two);
-    onnx::NodeProto* conv = g.Emit("Conv", {x_t, dy_t}, {full});
-    GradientRuleContext::SetIntsAttr(conv, "strides", dilations);
-    GradientRuleContext::SetIntsAttr(conv, "dilations", strides);
-    GradientRuleContext::SetIntsAttr(conv, "pads", pads);
-    std::vector<int64_t> starts(spatial, 0), ends, axes;
-    for (size_t d = 0; d < spatial; ++d) {
-      ends.push_back(w_shape[d + 2]);
-      axes.push_back(static_cast<int64_t>(d + 2));
-    }
-    g.Emit("Slice", {full, g.Int64Constant(starts), g.Int64Constant(ends), g.Int64Constant(axes)}, {cropped});
-    GradientRuleContext::SetIntsAttr(g.Emit("Transpose", {cropped}, {g.GI(1)}), "perm", swap_first_two);
-  }
-  if (g.num_inputs() > 2 && g.NeedsGI(2)) {
-    std::vector<int64_t> axes = {0};
-    for (size_t d = 2; d < y_shape.size(); ++d) axes.push_back(static_cast<int64_t>(d));
-    onnx::NodeProto* sum = g.Emit("ReduceSum", {g.GO(0), g.Int64Constant(axes)}, {g.GI(2)});
-    GradientRuleContext::SetIntAttr(sum, "keepdims", 0);
-  }
+  const bool needs_bias = g.num_inputs() > 2 && g.NeedsGI(2);
+  onnx::NodeProto* node = g.Emit("ConvGrad", {g.GO(0), g.I(0), g.I(1)},
+                                 {g.NeedsGI(0) ? g.GI(0) : "", g.NeedsGI(1) ? g.GI(1) : "", needs_bias ? g.GI(2) : ""});
+  node->set_domain(kTraindTrainingDomain);
+  *node->mutable_attribute() = g.node().attribute();
   return absl::OkStatus();
 }
 

@@ -22,5 +22,17 @@ TEST(FastMathTest, ErfMatchesLibmToAFewUlpEverywhere) {
   EXPECT_FLOAT_EQ(FastErf(-100.0f), -1.0f);
 }
 
+TEST(FastMathTest, ExpMatchesLibmToAFewUlpOverTheFloatRange) {
+  double worst_relative = 0;
+  for (float x = -87.0f; x <= 88.0f; x += 1.0f / 1024) {
+    const double exact = std::exp(static_cast<double>(x));
+    worst_relative = std::max(worst_relative, std::fabs(FastExp(x) - exact) / exact);
+  }
+  EXPECT_LT(worst_relative, 3e-7);  // about 2 ulp
+  EXPECT_EQ(FastExp(0.0f), 1.0f);
+  EXPECT_LT(FastExp(-1000.0f), 1e-37f);  // clamped: tiny, finite, not NaN
+  EXPECT_TRUE(std::isfinite(FastExp(1000.0f)));
+}
+
 }  // namespace
 }  // namespace traind::engine

@@ -417,6 +417,24 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateScatterNDKernel(const KernelInit& 
 absl::Status GatherGradient(GradientRuleContext& g) {
   if (!g.NeedsGI(0)) return absl::OkStatus();
   if (g.IntAttr("axis", 0) != 0) return absl::UnimplementedError("Gather gradients are implemented for axis 0 only");
+  // A scalar constant index (PyTorch's q, k, v = qkv[0], qkv[1], qkv[2]) picks one slice: its gradient is dY
+  // placed in zeros, i.e. one parallel Pad instead of a zero fill and a serial ScatterND.
+  const ValueFacts* index_facts = g.Facts(g.I(1));
+  const std::optional<std::vector<int64_t>> index = g.ConstantInts(g.I(1));
+  if (index && index->size() == 1 && index_facts != nullptr && index_facts->has_static_shape &&
+      index_facts->dims.empty()) {
+    TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> data_shape, g.StaticShape(g.I(0)));
+    const int64_t slice = (*index)[0] < 0 ? (*index)[0] + data_shape[0] : (*index)[0];
+    if (slice >= 0 && slice < data_shape[0]) {
+      std::vector<int64_t> pads(2 * data_shape.size(), 0);
+      pads[0] = slice;
+      pads[data_shape.size()] = data_shape[0] - 1 - slice;
+      const std::string unsqueezed = g.Temp("dy_slice");
+      g.Emit("Unsqueeze", {g.GO(0), g.Int64Constant({0})}, {unsqueezed});
+      g.Emit("Pad", {unsqueezed, g.Int64Constant(pads)}, {g.GI(0)});
+      return absl::OkStatus();
+    }
+  }
   if (g.opset() < 16) return absl::UnimplementedError("Gather gradients need opset 16 (ScatterND with reduction)");
   const std::string shape = g.Temp("data_shape"), indices = g.Temp("indices_nd");
   g.Emit("Shape", {g.I(0)}, {shape});

@@ -314,6 +314,25 @@ absl::Status MatMulGradient(GradientRuleContext& g) {
     if (g.NeedsGI(1)) EmitGemm(g, g.I(0), g.GO(0), true, false, 1.0f, g.GI(1));
     return absl::OkStatus();
   }
+  if (b_shape.size() == 2) {
+    // A [..., M, K] times a matrix B [K, N] (a Linear layer on a sequence) is one [rows, K] x [K, N] product:
+    // two Gemms with transpose flags (folded into sgemm), no batched Transposes and no [batch, K, N] partials.
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < a_shape.size(); ++d) rows *= a_shape[d];
+    const std::string dy_rows = g.Temp("dY_rows");
+    g.Emit("Reshape", {g.GO(0), g.Int64Constant({rows, b_shape[1]})}, {dy_rows});
+    if (g.NeedsGI(0)) {
+      const std::string da_rows = g.Temp("dA_rows");
+      EmitGemm(g, dy_rows, g.I(1), false, true, 1.0f, da_rows);
+      g.Emit("Reshape", {da_rows, g.Int64Constant(a_shape)}, {g.GI(0)});
+    }
+    if (g.NeedsGI(1)) {
+      const std::string a_rows = g.Temp("A_rows");
+      g.Emit("Reshape", {g.I(0), g.Int64Constant({rows, a_shape.back()})}, {a_rows});
+      EmitGemm(g, a_rows, dy_rows, true, false, 1.0f, g.GI(1));
+    }
+    return absl::OkStatus();
+  }
   auto transposed = [&g](const std::string& value, size_t rank) {
     std::vector<int64_t> perm(rank);
     for (size_t d = 0; d < rank; ++d) perm[d] = static_cast<int64_t>(d);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/traind_schemas.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/runtime/kernel.h"
 
@@ -485,6 +486,26 @@ std::string ReshapeToChannels(GradientRuleContext& g, const std::string& per_cha
   return out;
 }
 
+// Emits the fused traind gradient op `op_type` (engine/ops/norm_grad.cc: dY, X, Scale -> dX, dScale, dB) when
+// Scale, and B if present, have exactly `parameter_shape` (their gradients then have it too); false, emitting
+// nothing, otherwise (the standard-op rule handles broadcast parameters).
+bool FusedNormalizationGradient(GradientRuleContext& g, const char* op_type,
+                                const std::vector<int64_t>& parameter_shape) {
+  for (int i = 1; i < std::min(g.num_inputs(), 3); ++i) {
+    const ValueFacts* facts = g.Facts(g.I(i));
+    if (g.I(i).empty() || facts == nullptr || !facts->has_static_shape || facts->dims != parameter_shape) return false;
+  }
+  const bool needs_bias = g.num_inputs() > 2 && g.NeedsGI(2);
+  onnx::NodeProto* node = g.Emit(op_type, {g.GO(0), g.I(0), g.I(1)},
+                                 {g.NeedsGI(0) ? g.GI(0) : "", g.NeedsGI(1) ? g.GI(1) : "", needs_bias ? g.GI(2) : ""});
+  node->set_domain(kTraindTrainingDomain);
+  GradientRuleContext::SetFloatAttr(node, "epsilon", g.FloatAttr("epsilon", 1e-5f));
+  if (std::string(op_type) == "LayerNormalizationGrad") {
+    GradientRuleContext::SetIntAttr(node, "axis", g.IntAttr("axis", -1));
+  }
+  return true;
+}
+
 }  // namespace
 
 // LayerNormalization (opset 17): normalises over axis..rank-1; Scale and B broadcast over the leading dims.
@@ -493,6 +514,9 @@ absl::Status LayerNormalizationGradient(GradientRuleContext& g) {
   const int64_t rank = static_cast<int64_t>(shape.size());
   int64_t axis = g.IntAttr("axis", -1);
   if (axis < 0) axis += rank;
+  if (FusedNormalizationGradient(g, "LayerNormalizationGrad", std::vector<int64_t>(shape.begin() + axis, shape.end()))) {
+    return absl::OkStatus();
+  }
   std::vector<int64_t> axes;
   for (int64_t d = axis; d < rank; ++d) axes.push_back(d);
   TRAIND_ASSIGN_OR_RETURN(NormalizationTerms terms, RecomputeBatchStatistics(g, axes, g.FloatAttr("epsilon", 1e-5f)));
@@ -522,6 +546,7 @@ absl::Status BatchNormalizationGradient(GradientRuleContext& g) {
   for (size_t d = 2; d < shape.size(); ++d) axes.push_back(static_cast<int64_t>(d));
   const float epsilon = g.FloatAttr("epsilon", 1e-5f);
   const bool training = g.opset() >= 14 ? g.IntAttr("training_mode", 0) != 0 : false;
+  if (training && FusedNormalizationGradient(g, "BatchNormalizationGrad", {shape[1]})) return absl::OkStatus();
   NormalizationTerms terms;
   if (training) {
     TRAIND_ASSIGN_OR_RETURN(terms, RecomputeBatchStatistics(g, axes, epsilon));

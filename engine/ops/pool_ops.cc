@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/traind_schemas.h"
 #include "engine/ops/dnnl_util.h"
 #include "engine/ops/spatial_attributes.h"
 #include "engine/runtime/dispatch.h"
@@ -398,27 +399,14 @@ absl::Status GlobalAveragePoolGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
-// MaxPool: each output's gradient goes to the input element it selected, found through the node's Indices
-// output (flat indices into the whole input, storage_order 0), which GenerateArtifacts adds where a model
-// omits it: dX = ScatterElements(zeros, Indices, dY, reduction add) over the flattened input.
+// MaxPool: each output's gradient goes to the input element its window selected. One fused MaxPoolGrad node
+// (engine/ops/pool_grad.cc) finds that element again in X, so the forward needs no Indices output; it takes the
+// forward node's attributes unchanged.
 absl::Status MaxPoolGradient(GradientRuleContext& g) {
   if (!g.NeedsGI(0)) return absl::OkStatus();
-  if (g.node().output_size() < 2 || g.O(1).empty()) {
-    return absl::UnimplementedError("MaxPool gradients need the node's Indices output");
-  }
-  if (g.IntAttr("storage_order", 0) != 0) return absl::UnimplementedError("MaxPool storage_order 1 gradients");
-  if (g.opset() < 16) return absl::UnimplementedError("MaxPool gradients need opset 16 (scatter with reduction)");
-  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> x_shape, g.StaticShape(g.I(0)));
-  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
-  int64_t count = 1;
-  for (int64_t dim : x_shape) count *= dim;
-  const std::string zeros = g.Zeros(g.Int64Constant({count}), type), flat_indices = g.Temp("flat_indices"),
-                    flat_dy = g.Temp("flat_dy"), flat_dx = g.Temp("flat_dx");
-  g.Emit("Reshape", {g.O(1), g.Int64Constant({-1})}, {flat_indices});
-  g.Emit("Reshape", {g.GO(0), g.Int64Constant({-1})}, {flat_dy});
-  GradientRuleContext::SetStringAttr(g.Emit("ScatterElements", {zeros, flat_indices, flat_dy}, {flat_dx}), "reduction",
-                                     "add");
-  g.Emit("Reshape", {flat_dx, g.Int64Constant(x_shape)}, {g.GI(0)});
+  onnx::NodeProto* node = g.Emit("MaxPoolGrad", {g.GO(0), g.I(0)}, {g.GI(0)});
+  node->set_domain(kTraindTrainingDomain);
+  *node->mutable_attribute() = g.node().attribute();
   return absl::OkStatus();
 }
 

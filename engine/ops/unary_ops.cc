@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/autodiff/gradient_rule.h"
+#include "engine/model/traind_schemas.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/fast_math.h"
 
@@ -133,12 +134,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSeluKernel(const KernelInit& init)
 // dx = dy where x > 0, else 0.
 absl::Status ReluGradient(GradientRuleContext& g) {
   if (!g.NeedsGI(0)) return absl::OkStatus();
-  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
-  const std::string positive = g.Temp("positive");
-  g.Emit("Greater", {g.I(0), g.ScalarConstant(0.0, type)}, {positive});
-  const std::string mask = g.Temp("mask");
-  GradientRuleContext::SetIntAttr(g.Emit("Cast", {positive}, {mask}), "to", type);
-  g.Emit("Mul", {g.GO(0), mask}, {g.GI(0)});
+  // One fused pass (engine/ops/activation_grad.cc): dx = x > 0 ? dy : 0.
+  g.Emit("ReluGrad", {g.GO(0), g.I(0)}, {g.GI(0)})->set_domain(kTraindTrainingDomain);
   return absl::OkStatus();
 }
 
@@ -211,16 +208,8 @@ absl::Status SqrtGradient(GradientRuleContext& g) {
 // dx = dy * 2/sqrt(pi) * exp(-x^2).
 absl::Status ErfGradient(GradientRuleContext& g) {
   if (!g.NeedsGI(0)) return absl::OkStatus();
-  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
-  const std::string squared = g.Temp("x2");
-  g.Emit("Mul", {g.I(0), g.I(0)}, {squared});
-  const std::string negated = g.Temp("neg_x2");
-  g.Emit("Neg", {squared}, {negated});
-  const std::string gaussian = g.Temp("exp_neg_x2");
-  g.Emit("Exp", {negated}, {gaussian});
-  const std::string slope = g.Temp("slope");
-  g.Emit("Mul", {gaussian, g.ScalarConstant(1.1283791670955126, type)}, {slope});  // 2/sqrt(pi)
-  EmitScaled(g, slope);
+  // One fused pass with a vectorised exp (engine/ops/activation_grad.cc).
+  g.Emit("ErfGrad", {g.GO(0), g.I(0)}, {g.GI(0)})->set_domain(kTraindTrainingDomain);
   return absl::OkStatus();
 }
 

@@ -9,12 +9,12 @@
 namespace traind::engine {
 namespace {
 
-// Dropout and MaxPool gradients read the mask / indices outputs; give every such node one.
+// Dropout gradients read the mask output; give every Dropout node one. (MaxPool's gradient finds its maxima again
+// in X: an Indices output would only slow the forward MaxPool down.)
 void ExposeGradientOutputs(onnx::GraphProto* graph) {
   for (auto& node : *graph->mutable_node()) {
-    if ((node.op_type() == "Dropout" || node.op_type() == "MaxPool") &&
-        (node.output_size() < 2 || node.output(1).empty())) {
-      const std::string name = absl::StrCat(node.output(0), node.op_type() == "Dropout" ? "/mask" : "/indices");
+    if (node.op_type() == "Dropout" && (node.output_size() < 2 || node.output(1).empty())) {
+      const std::string name = absl::StrCat(node.output(0), "/mask");
       if (node.output_size() < 2) {
         node.add_output(name);
       } else {

@@ -1,0 +1,59 @@
+// ReluGrad / ErfGrad against their formulas evaluated with libm (finite-difference checks of the rules are in
+// engine/autodiff/gradient_builder_test.cc).
+#include <cmath>
+
+#include "engine/model/traind_schemas.h"
+#include "engine/testing/op_tester.h"
+#include "gtest/gtest.h"
+
+namespace traind::engine {
+namespace {
+
+using testing::OpTester;
+
+TEST(ReluGradTest, PassesTheGradientWhereTheInputIsPositive) {
+  OpTester("ReluGrad", kTraindTrainingVersion, kTraindTrainingDomain)
+      .AddInput<float>("dy", {4}, {1, 2, 3, 4})
+      .AddInput<float>("x", {4}, {-1, 0, 0.5f, 2})
+      .AddOutput<float>("dx", {4}, {0, 0, 3, 4})
+      .Run();
+}
+
+TEST(ErfGradTest, MatchesTheGaussianSlopeInFloatAndDouble) {
+  std::vector<float> x, dy, expected;
+  std::vector<double> x64, dy64, expected64;
+  for (int i = -60; i <= 60; ++i) {
+    x.push_back(i / 8.0f);
+    dy.push_back(1.0f + i / 100.0f);
+    const double slope = 2.0 / std::sqrt(M_PI) * std::exp(-static_cast<double>(x.back()) * x.back());
+    expected.push_back(static_cast<float>(dy.back() * slope));
+    x64.push_back(x.back());
+    dy64.push_back(dy.back());
+    expected64.push_back(dy.back() * slope);
+  }
+  const int64_t n = static_cast<int64_t>(x.size());
+  OpTester("ErfGrad", kTraindTrainingVersion, kTraindTrainingDomain)
+      .AddInput<float>("dy", {n}, dy)
+      .AddInput<float>("x", {n}, x)
+      .AddOutput<float>("dx", {n}, expected)
+      .SetTolerance(1e-6, 1e-30)
+      .Run();
+  OpTester("ErfGrad", kTraindTrainingVersion, kTraindTrainingDomain)
+      .AddInput<double>("dy", {n}, dy64)
+      .AddInput<double>("x", {n}, x64)
+      .AddOutput<double>("dx", {n}, expected64)
+      .SetTolerance(1e-14, 0)
+      .Run();
+}
+
+TEST(ErfGradTest, RefusesMismatchedShapes) {
+  auto result = OpTester("ErfGrad", kTraindTrainingVersion, kTraindTrainingDomain)
+                    .AddInput<float>("dy", {2}, {1, 2})
+                    .AddInput<float>("x", {3}, {1, 2, 3})
+                    .AddOutput<float>("dx", {3}, {0, 0, 0})
+                    .RunRaw();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace traind::engine

@@ -1,0 +1,267 @@
+// ConvGrad (domain ai.traind.training): the gradients of Conv in one node, with oneDNN's convolution backward
+// primitives.
+//
+//   ConvGrad(dY, X, W) -> (dX, dW, dB), each output optional; attributes exactly those of the forward Conv
+//   (auto_pad, dilations, group, kernel_shape, pads, strides).
+//
+// dX runs convolution_backward_data, dW and dB one convolution_backward_weights (which also sums dY for the
+// bias). Both are built with the forward_training primitive descriptor as their hint, once per shape, and like
+// the forward Conv they run in oneDNN's preferred (blocked) layouts with reorders in and out, except where plain
+// layouts win (1x1 kernels, a single input channel). Groups are oneDNN's grouped weights [g, M/g, C/g, k...],
+// which is exactly ONNX's [M, C/g, k...] in memory.
+#include <algorithm>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/ops/dnnl_util.h"
+#include "engine/ops/spatial_attributes.h"
+#include "engine/runtime/kernel.h"
+
+namespace traind::engine {
+namespace {
+
+using dnnl::memory;
+
+memory::dims ToDims(absl::Span<const int64_t> values) { return memory::dims(values.begin(), values.end()); }
+
+// The primitives for one (X, W) shape and one set of wanted outputs, and the layout changes around them.
+struct ConvGradPlan {
+  std::optional<dnnl::convolution_backward_data> data;  // Set when dX is wanted.
+  memory::desc data_diff_dst, data_weights, data_diff_src, data_scratchpad;
+  std::optional<DnnlLayoutChange> data_diff_dst_in, data_weights_in, data_diff_src_out;
+
+  std::optional<dnnl::convolution_backward_weights> weights;  // Set when dW or dB is wanted.
+  memory::desc weights_src, weights_diff_dst, weights_diff_weights, weights_diff_bias, weights_scratchpad;
+  std::optional<DnnlLayoutChange> weights_src_in, weights_diff_dst_in, weights_diff_weights_out;
+};
+
+class ConvGradKernel final : public Kernel {
+ public:
+  ConvGradKernel(SpatialAttributes attributes, int64_t group) : attributes_(std::move(attributes)), group_(group) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* w, context.RequiredInput(2));
+    if (x->dtype() != DataType::kFloat32 || w->dtype() != DataType::kFloat32 || dy->dtype() != DataType::kFloat32) {
+      return UnsupportedDtype("ConvGrad", x->dtype());
+    }
+    if (x->rank() < 3 || x->rank() > 5 || w->rank() != x->rank()) {
+      return absl::InvalidArgumentError(absl::StrCat("ConvGrad: X ", x->DebugString(), " and W ", w->DebugString(),
+                                                     " must be [N, C, 1-3 spatial dims] and [M, C/group, k...]"));
+    }
+    const int64_t out_channels = w->dim(0);
+    if (x->dim(1) != w->dim(1) * group_ || out_channels % group_ != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("ConvGrad: X ", x->DebugString(), " and W ", w->DebugString(),
+                                                     " do not fit group ", group_));
+    }
+    const std::vector<int64_t> kernel(w->shape().begin() + 2, w->shape().end());
+    if (!attributes_.kernel_shape.empty() && attributes_.kernel_shape != kernel) {
+      return absl::InvalidArgumentError("ConvGrad: kernel_shape attribute disagrees with W");
+    }
+    const std::vector<int64_t> spatial(x->shape().begin() + 2, x->shape().end());
+    TRAIND_ASSIGN_OR_RETURN(WindowGeometry window, ResolveForwardWindow(attributes_, spatial, kernel, false));
+    Shape y_shape = {x->dim(0), out_channels};
+    y_shape.insert(y_shape.end(), window.output.begin(), window.output.end());
+    if (dy->shape() != y_shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ConvGrad: dY ", dy->DebugString(), " must have Conv's output shape ", ShapeToString(y_shape)));
+    }
+    const bool wants_dx = context.wants_output(0), wants_dw = context.wants_output(1),
+               wants_db = context.wants_output(2);
+    Tensor *dx = nullptr, *dw = nullptr, *db = nullptr;
+    if (wants_dx) {
+      TRAIND_ASSIGN_OR_RETURN(dx, context.AllocateOutput(0, DataType::kFloat32, x->shape()));
+    }
+    if (wants_dw) {
+      TRAIND_ASSIGN_OR_RETURN(dw, context.AllocateOutput(1, DataType::kFloat32, w->shape()));
+    }
+    if (wants_db) {
+      TRAIND_ASSIGN_OR_RETURN(db, context.AllocateOutput(2, DataType::kFloat32, {out_channels}));
+    }
+    if (x->num_elements() == 0 || w->num_elements() == 0 || dy->num_elements() == 0) {
+      for (Tensor* out : {dx, dw, db}) {
+        if (out != nullptr) std::fill_n(out->mutable_data<float>(), out->num_elements(), 0.0f);
+      }
+      if (db != nullptr && dy->num_elements() > 0) SumBias(*dy, *db);
+      return absl::OkStatus();
+    }
+    std::vector<int64_t> key = x->shape();
+    key.insert(key.end(), w->shape().begin(), w->shape().end());
+    key.push_back(wants_dx * 4 + wants_dw * 2 + wants_db);
+    TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<const ConvGradPlan> plan, cache_.GetOrCreate(key, [&] {
+      return BuildPlan(*x, *w, y_shape, window, wants_dx, wants_dw || wants_db, wants_db);
+    }));
+    // dY in the primitives' layout; one reorder serves both when they agree on it.
+    std::shared_ptr<Buffer> dy_for_data, dy_for_weights;
+    const void* data_diff_dst = nullptr;
+    const void* weights_diff_dst = nullptr;
+    if (wants_dx) {
+      TRAIND_ASSIGN_OR_RETURN(data_diff_dst, InLayout(plan->data_diff_dst_in, dy->raw_data(), dy_for_data, context));
+    }
+    if (wants_dw || wants_db) {
+      if (wants_dx && plan->weights_diff_dst == plan->data_diff_dst) {
+        weights_diff_dst = data_diff_dst;
+      } else {
+        TRAIND_ASSIGN_OR_RETURN(weights_diff_dst,
+                                InLayout(plan->weights_diff_dst_in, dy->raw_data(), dy_for_weights, context));
+      }
+    }
+    if (wants_dx) TRAIND_RETURN_IF_ERROR(RunData(*plan, data_diff_dst, *w, *dx, context));
+    if (wants_dw || wants_db) TRAIND_RETURN_IF_ERROR(RunWeights(*plan, weights_diff_dst, *x, dw, db, context));
+    return absl::OkStatus();
+  }
+
+ private:
+  // dB = dY summed over every axis but 1 (only for empty inputs; oneDNN sums it otherwise).
+  static void SumBias(const Tensor& dy, Tensor& db) {
+    const int64_t channels = dy.dim(1);
+    const int64_t plane = DimProduct(dy.shape(), 2, dy.shape().size());
+    float* out = db.mutable_data<float>();
+    std::fill_n(out, channels, 0.0f);
+    for (int64_t i = 0; i < dy.dim(0) * channels; ++i) {
+      for (int64_t j = 0; j < plane; ++j) out[i % channels] += dy.data<float>()[i * plane + j];
+    }
+  }
+
+  absl::StatusOr<std::shared_ptr<const ConvGradPlan>> BuildPlan(const Tensor& x, const Tensor& w,
+                                                                const Shape& y_shape, const WindowGeometry& window,
+                                                                bool data, bool weights, bool bias) const {
+    auto plan = std::make_shared<ConvGradPlan>();
+    const auto f32 = memory::data_type::f32;
+    Shape weight_dims = w.shape();
+    if (group_ > 1) {
+      weight_dims[0] /= group_;
+      weight_dims.insert(weight_dims.begin(), group_);
+    }
+    memory::dims dilations;  // oneDNN counts the gaps: ONNX dilation 1 is oneDNN 0.
+    for (int64_t d : window.dilations) dilations.push_back(d - 1);
+    // Same layout policy as the forward Conv (see conv_ops.cc): plain for 1x1 kernels and single-channel inputs.
+    const bool pointwise = std::all_of(window.kernel.begin(), window.kernel.end(), [](int64_t k) { return k == 1; });
+    const bool plain = pointwise || x.dim(1) == 1;
+    const auto activation = [&](const Shape& dims) {
+      return plain ? PlainDesc(dims, f32) : memory::desc(ToDims(dims), f32, memory::format_tag::any);
+    };
+    const memory::desc src = activation(x.shape()), dst = activation(y_shape);
+    const memory::desc any_weights(ToDims(weight_dims), f32, memory::format_tag::any);
+    const memory::desc bias_desc = bias ? PlainDesc({w.dim(0)}, f32) : memory::desc();
+    const memory::dims strides = ToDims(window.strides), pad_begin = ToDims(window.pad_begin),
+                       pad_end = ToDims(window.pad_end);
+    TRAIND_RETURN_IF_ERROR(CatchDnnlError("ConvGrad", absl::StatusCode::kUnimplemented, [&] {
+      const dnnl::engine& engine = DnnlCpuEngine();
+      dnnl::convolution_forward::desc forward(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                              src, any_weights, bias_desc, dst, strides, dilations, pad_begin,
+                                              pad_end);
+      dnnl::convolution_forward::primitive_desc hint(forward, engine);
+      if (data) {
+        dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, src, any_weights, dst,
+                                                   strides, dilations, pad_begin, pad_end);
+        dnnl::convolution_backward_data::primitive_desc pd(desc, UserScratchpadAttr(), engine, hint);
+        plan->data = dnnl::convolution_backward_data(pd);
+        plan->data_diff_dst = pd.diff_dst_desc();
+        plan->data_weights = pd.weights_desc();
+        plan->data_diff_src = pd.diff_src_desc();
+        plan->data_scratchpad = pd.scratchpad_desc();
+        plan->data_diff_dst_in = MakeLayoutChange(PlainDesc(y_shape, f32), plan->data_diff_dst);
+        plan->data_weights_in = MakeLayoutChange(PlainDesc(weight_dims, f32), plan->data_weights);
+        plan->data_diff_src_out = MakeLayoutChange(plan->data_diff_src, PlainDesc(x.shape(), f32));
+      }
+      if (weights) {
+        dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, src, any_weights,
+                                                      bias_desc, dst, strides, dilations, pad_begin, pad_end);
+        dnnl::convolution_backward_weights::primitive_desc pd(desc, UserScratchpadAttr(), engine, hint);
+        plan->weights = dnnl::convolution_backward_weights(pd);
+        plan->weights_src = pd.src_desc();
+        plan->weights_diff_dst = pd.diff_dst_desc();
+        plan->weights_diff_weights = pd.diff_weights_desc();
+        plan->weights_diff_bias = bias_desc;
+        plan->weights_scratchpad = pd.scratchpad_desc();
+        plan->weights_src_in = MakeLayoutChange(PlainDesc(x.shape(), f32), plan->weights_src);
+        plan->weights_diff_dst_in = MakeLayoutChange(PlainDesc(y_shape, f32), plan->weights_diff_dst);
+        plan->weights_diff_weights_out =
+            MakeLayoutChange(plan->weights_diff_weights, PlainDesc(weight_dims, f32));
+      }
+    }));
+    return std::shared_ptr<const ConvGradPlan>(std::move(plan));
+  }
+
+  // `data` in layout change->to: either `plain` itself (no change) or a pooled buffer filled by the reorder.
+  static absl::StatusOr<const void*> InLayout(const std::optional<DnnlLayoutChange>& change, const void* plain,
+                                              std::shared_ptr<Buffer>& holder, KernelContext& context) {
+    if (!change) return plain;
+    TRAIND_ASSIGN_OR_RETURN(holder, context.buffers().Acquire(change->to.get_size()));
+    TRAIND_RETURN_IF_ERROR(RunLayoutChange(*change, plain, holder->data(), context));
+    return static_cast<const void*>(holder->data());
+  }
+
+  // `diff_dst`: dY already in plan.data_diff_dst's layout.
+  static absl::Status RunData(const ConvGradPlan& plan, const void* diff_dst, const Tensor& w, Tensor& dx,
+                              KernelContext& context) {
+    std::shared_ptr<Buffer> w_buffer, dx_buffer;
+    TRAIND_ASSIGN_OR_RETURN(const void* weights, InLayout(plan.data_weights_in, w.raw_data(), w_buffer, context));
+    void* diff_src = dx.mutable_raw_data();
+    if (plan.data_diff_src_out) {
+      TRAIND_ASSIGN_OR_RETURN(dx_buffer, context.buffers().Acquire(plan.data_diff_src.get_size()));
+      diff_src = dx_buffer->data();
+    }
+    TRAIND_RETURN_IF_ERROR(ExecuteDnnl(*plan.data, plan.data_scratchpad,
+                                       {{DNNL_ARG_DIFF_DST, WrapMemory(plan.data_diff_dst, diff_dst)},
+                                        {DNNL_ARG_WEIGHTS, WrapMemory(plan.data_weights, weights)},
+                                        {DNNL_ARG_DIFF_SRC, WrapMemory(plan.data_diff_src, diff_src)}},
+                                       context));
+    if (plan.data_diff_src_out) {
+      TRAIND_RETURN_IF_ERROR(RunLayoutChange(*plan.data_diff_src_out, diff_src, dx.mutable_raw_data(), context));
+    }
+    return absl::OkStatus();
+  }
+
+  // `diff_dst`: dY already in plan.weights_diff_dst's layout. dw / db may be null (not wanted); the primitive
+  // still writes them, into scratch buffers.
+  static absl::Status RunWeights(const ConvGradPlan& plan, const void* diff_dst, const Tensor& x, Tensor* dw,
+                                 Tensor* db, KernelContext& context) {
+    std::shared_ptr<Buffer> x_buffer, dw_buffer, db_buffer;
+    TRAIND_ASSIGN_OR_RETURN(const void* src, InLayout(plan.weights_src_in, x.raw_data(), x_buffer, context));
+    void* diff_weights = dw == nullptr ? nullptr : dw->mutable_raw_data();
+    if (dw == nullptr || plan.weights_diff_weights_out) {
+      TRAIND_ASSIGN_OR_RETURN(dw_buffer, context.buffers().Acquire(plan.weights_diff_weights.get_size()));
+      diff_weights = dw_buffer->data();
+    }
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, WrapMemory(plan.weights_src, src)},
+        {DNNL_ARG_DIFF_DST, WrapMemory(plan.weights_diff_dst, diff_dst)},
+        {DNNL_ARG_DIFF_WEIGHTS, WrapMemory(plan.weights_diff_weights, diff_weights)}};
+    if (!plan.weights_diff_bias.is_zero()) {
+      void* diff_bias = nullptr;
+      if (db != nullptr) {
+        diff_bias = db->mutable_raw_data();
+      } else {
+        TRAIND_ASSIGN_OR_RETURN(db_buffer, context.buffers().Acquire(plan.weights_diff_bias.get_size()));
+        diff_bias = db_buffer->data();
+      }
+      args.emplace(DNNL_ARG_DIFF_BIAS, WrapMemory(plan.weights_diff_bias, diff_bias));
+    }
+    TRAIND_RETURN_IF_ERROR(ExecuteDnnl(*plan.weights, plan.weights_scratchpad, std::move(args), context));
+    if (dw != nullptr && plan.weights_diff_weights_out) {
+      TRAIND_RETURN_IF_ERROR(
+          RunLayoutChange(*plan.weights_diff_weights_out, diff_weights, dw->mutable_raw_data(), context));
+    }
+    return absl::OkStatus();
+  }
+
+  SpatialAttributes attributes_;
+  int64_t group_;
+  DnnlPrimitiveCache<ConvGradPlan> cache_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateConvGradKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes, SpatialAttributes::Parse(init, /*allow_dilations=*/true));
+  TRAIND_ASSIGN_OR_RETURN(int64_t group, init.GetInt("group", 1));
+  if (group < 1) return init.Error(absl::StrCat("attribute 'group' must be >= 1, got ", group));
+  return std::unique_ptr<Kernel>(new ConvGradKernel(std::move(attributes), group));
+}
+
+}  // namespace traind::engine

@@ -1,0 +1,318 @@
+// Fused normalisation gradients (domain ai.traind.training), each one parallel pass structure instead of the
+// dozen broadcast elementwise / reduction nodes the standard-op rules emit:
+//
+//   BatchNormalizationGrad(dY, X, Scale) -> (dX, dScale, dB)   training mode, statistics over all axes but 1
+//   LayerNormalizationGrad(dY, X, Scale) -> (dX, dScale, dB)   over axes axis..rank-1, Scale of that shape
+//
+// With xhat = (x - mean) * inv, inv = 1 / sqrt(var + epsilon) (biased variance, recomputed from X in double, as
+// the forward kernels compute it) and dxhat = dY * scale:
+//   dScale = sum(dY * xhat),  dB = sum(dY)                              (over the statistics' groups)
+//   dX = inv * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))         (within each group)
+// Every output is optional. Accumulations are in double.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/runtime/dispatch.h"
+#include "engine/runtime/kernel.h"
+
+namespace traind::engine {
+namespace {
+
+constexpr int kLanes = 8;  // Independent accumulators, so the reductions vectorise.
+
+// Sum of p[i] - shift and of its square, added to *sum and *squares.
+template <typename T>
+void AddShiftedMoments(const T* p, int64_t n, double shift, double* sum, double* squares) {
+  double s[kLanes] = {}, q[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const double d = static_cast<double>(p[i + j]) - shift;
+      s[j] += d;
+      q[j] += d * d;
+    }
+  }
+  for (; i < n; ++i) {
+    const double d = static_cast<double>(p[i]) - shift;
+    *sum += d;
+    *squares += d * d;
+  }
+  for (int j = 0; j < kLanes; ++j) {
+    *sum += s[j];
+    *squares += q[j];
+  }
+}
+
+// The four sums BatchNormalizationGrad needs over one contiguous run, in one read of x and dy: (x - shift),
+// (x - shift)^2, dy and dy * (x - shift), added to moments[0..3]. Lanes of T (16 floats vectorise fully) are
+// flushed into the double totals every kChunk elements, so each lane adds at most kChunk / 16 values in T.
+template <typename T>
+void AddBatchNormMoments(const T* __restrict x, const T* __restrict dy, int64_t n, T shift, double* moments) {
+  constexpr int kWide = 16;
+  constexpr int64_t kChunk = 1024;
+  for (int64_t chunk = 0; chunk < n; chunk += kChunk) {
+    const int64_t end = std::min(n, chunk + kChunk);
+    T s[kWide] = {}, q[kWide] = {}, g[kWide] = {}, gx[kWide] = {};
+    int64_t i = chunk;
+    for (; i + kWide <= end; i += kWide) {
+      for (int j = 0; j < kWide; ++j) {
+        const T d = x[i + j] - shift;
+        s[j] += d;
+        q[j] += d * d;
+        g[j] += dy[i + j];
+        gx[j] += dy[i + j] * d;
+      }
+    }
+    double totals[4] = {0, 0, 0, 0};
+    for (; i < end; ++i) {
+      const double d = static_cast<double>(x[i] - shift);
+      totals[0] += d;
+      totals[1] += d * d;
+      totals[2] += static_cast<double>(dy[i]);
+      totals[3] += static_cast<double>(dy[i]) * d;
+    }
+    for (int j = 0; j < kWide; ++j) {
+      totals[0] += s[j];
+      totals[1] += q[j];
+      totals[2] += g[j];
+      totals[3] += gx[j];
+    }
+    for (int k = 0; k < 4; ++k) moments[k] += totals[k];
+  }
+}
+
+absl::Status CheckSameShape(const char* op, const Tensor& dy, const Tensor& x, const Tensor& scale) {
+  if (dy.shape() != x.shape() || dy.dtype() != x.dtype() || scale.dtype() != x.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": dY ", dy.DebugString(), " must match X ", x.DebugString(),
+                                                   " and Scale ", scale.DebugString(), " its dtype"));
+  }
+  return absl::OkStatus();
+}
+
+// ------------------------------------------------------------------------------------------------
+// BatchNormalizationGrad
+
+class BatchNormGradKernel final : public Kernel {
+ public:
+  explicit BatchNormGradKernel(float epsilon) : epsilon_(epsilon) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* scale, context.RequiredInput(2));
+    TRAIND_RETURN_IF_ERROR(CheckSameShape("BatchNormalizationGrad", *dy, *x, *scale));
+    if (x->rank() < 2 || scale->num_elements() != x->dim(1)) {
+      return absl::InvalidArgumentError(absl::StrCat("BatchNormalizationGrad: X ", x->DebugString(), " and Scale ",
+                                                     scale->DebugString(), " must be [N, C, ...] and [C]"));
+    }
+    const int64_t batch = x->dim(0), channels = x->dim(1);
+    const int64_t row = DimProduct(x->shape(), 2, x->shape().size());
+    const int64_t count = batch * row;
+    if (count == 0) return absl::InvalidArgumentError("BatchNormalizationGrad: empty batch");
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "BatchNormalizationGrad", [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      T *dx = nullptr, *dscale = nullptr, *dbias = nullptr;
+      if (context.wants_output(0)) {
+        TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(0, x->dtype(), x->shape()));
+        dx = out->mutable_data<T>();
+      }
+      if (context.wants_output(1)) {
+        TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(1, x->dtype(), scale->shape()));
+        dscale = out->mutable_data<T>();
+      }
+      if (context.wants_output(2)) {
+        TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(2, x->dtype(), scale->shape()));
+        dbias = out->mutable_data<T>();
+      }
+      const T* in = x->data<T>();
+      const T* grad = dy->data<T>();
+      const T* gamma = scale->data<T>();
+      const double n = static_cast<double>(count);
+      context.threads().ParallelFor(
+          channels, std::max<int64_t>(1, kParallelElementThreshold / count), [&](int64_t begin, int64_t end) {
+            for (int64_t c = begin; c < end; ++c) {
+              // Statistics around a value of the channel (no cancellation when |mean| >> stddev).
+              const T shift = in[c * row];
+              double moments[4] = {0, 0, 0, 0};
+              for (int64_t b = 0; b < batch; ++b) {
+                const int64_t offset = (b * channels + c) * row;
+                AddBatchNormMoments(in + offset, grad + offset, row, shift, moments);
+              }
+              const double sum = moments[0], squares = moments[1], sum_dy = moments[2], sum_dy_x = moments[3];
+              const double shifted_mean = sum / n;
+              const double var = std::max(0.0, squares / n - shifted_mean * shifted_mean);
+              const double inv = 1.0 / std::sqrt(var + epsilon_);
+              const double sum_dy_xhat = (sum_dy_x - shifted_mean * sum_dy) * inv;
+              if (dscale != nullptr) dscale[c] = static_cast<T>(sum_dy_xhat);
+              if (dbias != nullptr) dbias[c] = static_cast<T>(sum_dy);
+              if (dx == nullptr) continue;
+              // inv * gamma * (dy - mean(dy) - xhat * mean(dy * xhat)) as one affine map of (dy, x - shift):
+              // a * dy + b * (x - shift) + k, centred on the shift like the statistics.
+              const double a = static_cast<double>(gamma[c]) * inv;
+              const double mean_dy = sum_dy / n, mean_dy_xhat = sum_dy_xhat / n;
+              const double b_coefficient = -a * mean_dy_xhat * inv;
+              const double k = -a * mean_dy - b_coefficient * shifted_mean;
+              const T ta = static_cast<T>(a), tb = static_cast<T>(b_coefficient), tk = static_cast<T>(k);
+              for (int64_t b = 0; b < batch; ++b) {
+                const int64_t offset = (b * channels + c) * row;
+                const T* __restrict g = grad + offset;
+                const T* __restrict xs = in + offset;
+                T* __restrict out = dx + offset;
+                for (int64_t i = 0; i < row; ++i) out[i] = ta * g[i] + tb * (xs[i] - shift) + tk;
+              }
+            }
+          });
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  float epsilon_;
+};
+
+// ------------------------------------------------------------------------------------------------
+// LayerNormalizationGrad
+
+class LayerNormGradKernel final : public Kernel {
+ public:
+  LayerNormGradKernel(int64_t axis, float epsilon) : axis_(axis), epsilon_(epsilon) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* scale, context.RequiredInput(2));
+    TRAIND_RETURN_IF_ERROR(CheckSameShape("LayerNormalizationGrad", *dy, *x, *scale));
+    TRAIND_ASSIGN_OR_RETURN(const int64_t axis, NormalizeAxis(axis_, x->rank()));
+    const int64_t rows = DimProduct(x->shape(), 0, static_cast<size_t>(axis));
+    const int64_t row = DimProduct(x->shape(), static_cast<size_t>(axis), x->shape().size());
+    if (scale->num_elements() != row) {
+      return absl::InvalidArgumentError(absl::StrCat("LayerNormalizationGrad: Scale ", scale->DebugString(),
+                                                     " must have the normalized size of X ", x->DebugString()));
+    }
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "LayerNormalizationGrad", [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      T *dx = nullptr, *dscale = nullptr, *dbias = nullptr;
+      if (context.wants_output(0)) {
+        TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(0, x->dtype(), x->shape()));
+        dx = out->mutable_data<T>();
+      }
+      if (context.wants_output(1)) {
+        TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(1, x->dtype(), scale->shape()));
+        dscale = out->mutable_data<T>();
+      }
+      if (context.wants_output(2)) {
+        TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(2, x->dtype(), scale->shape()));
+        dbias = out->mutable_data<T>();
+      }
+      if (row == 0) return absl::OkStatus();
+      const T* in = x->data<T>();
+      const T* grad = dy->data<T>();
+      const T* gamma = scale->data<T>();
+      // Rows split into one block per thread; each block sums its dScale / dB into its own double partials,
+      // added up afterwards (no shared accumulator, a deterministic order).
+      const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(rows, context.threads().num_threads()));
+      const bool wants_parameters = dscale != nullptr || dbias != nullptr;
+      std::vector<double> partials(wants_parameters ? static_cast<size_t>(blocks * 2 * row) : 0, 0.0);
+      context.threads().ParallelFor(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
+        std::vector<T> xhat(static_cast<size_t>(row));
+        for (int64_t block = block_begin; block < block_end; ++block) {
+          double* partial_scale = wants_parameters ? partials.data() + block * 2 * row : nullptr;
+          double* partial_bias = wants_parameters ? partial_scale + row : nullptr;
+          for (int64_t r = rows * block / blocks; r < rows * (block + 1) / blocks; ++r) {
+            const T* __restrict xs = in + r * row;
+            const T* __restrict g = grad + r * row;
+            double sum = 0, squares = 0;
+            const T shift = xs[0];
+            AddShiftedMoments(xs, row, static_cast<double>(shift), &sum, &squares);
+            const double shifted_mean = sum / static_cast<double>(row);
+            const double var = std::max(0.0, squares / static_cast<double>(row) - shifted_mean * shifted_mean);
+            const double inv = 1.0 / std::sqrt(var + epsilon_);
+            // Per element in T (vectorised), centred on a value of the row like the statistics; the row sums
+            // in independent lanes of T added up in double.
+            const T offset = static_cast<T>(shifted_mean), inv_t = static_cast<T>(inv);
+            constexpr int kWide = 16;
+            T lane_dxhat[kWide] = {}, lane_dxhat_xhat[kWide] = {};
+            int64_t i = 0;
+            for (; i + kWide <= row; i += kWide) {
+              for (int j = 0; j < kWide; ++j) {
+                const T xh = ((xs[i + j] - shift) - offset) * inv_t;
+                xhat[i + j] = xh;
+                const T dxhat = g[i + j] * gamma[i + j];
+                lane_dxhat[j] += dxhat;
+                lane_dxhat_xhat[j] += dxhat * xh;
+              }
+            }
+            double sum_dxhat = 0, sum_dxhat_xhat = 0;
+            for (; i < row; ++i) {
+              const T xh = ((xs[i] - shift) - offset) * inv_t;
+              xhat[i] = xh;
+              const double dxhat = static_cast<double>(g[i] * gamma[i]);
+              sum_dxhat += dxhat;
+              sum_dxhat_xhat += dxhat * static_cast<double>(xh);
+            }
+            for (int j = 0; j < kWide; ++j) {
+              sum_dxhat += lane_dxhat[j];
+              sum_dxhat_xhat += lane_dxhat_xhat[j];
+            }
+            if (wants_parameters) {
+              for (int64_t k = 0; k < row; ++k) {
+                partial_scale[k] += static_cast<double>(g[k] * xhat[k]);
+                partial_bias[k] += static_cast<double>(g[k]);
+              }
+            }
+            if (dx == nullptr) continue;
+            const T mean_dxhat = static_cast<T>(sum_dxhat / static_cast<double>(row));
+            const T mean_dxhat_xhat = static_cast<T>(sum_dxhat_xhat / static_cast<double>(row));
+            T* __restrict out = dx + r * row;
+            for (int64_t k = 0; k < row; ++k) {
+              out[k] = inv_t * (g[k] * gamma[k] - mean_dxhat - xhat[k] * mean_dxhat_xhat);
+            }
+          }
+        }
+      });
+      if (wants_parameters) {
+        for (int64_t i = 0; i < row; ++i) {
+          double total_scale = 0, total_bias = 0;
+          for (int64_t block = 0; block < blocks; ++block) {
+            total_scale += partials[block * 2 * row + i];
+            total_bias += partials[block * 2 * row + row + i];
+          }
+          if (dscale != nullptr) dscale[i] = static_cast<T>(total_scale);
+          if (dbias != nullptr) dbias[i] = static_cast<T>(total_bias);
+        }
+      }
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  int64_t axis_;
+  float epsilon_;
+};
+
+absl::StatusOr<float> ParseGradEpsilon(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(float epsilon, init.GetFloat("epsilon", 1e-5f));
+  if (!(epsilon >= 0.0f) || !std::isfinite(epsilon)) {
+    return init.Error(absl::StrCat("attribute 'epsilon' must be finite and >= 0, got ", epsilon));
+  }
+  return epsilon;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateBatchNormalizationGradKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(float epsilon, ParseGradEpsilon(init));
+  return std::unique_ptr<Kernel>(new BatchNormGradKernel(epsilon));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateLayerNormalizationGradKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", -1));
+  TRAIND_ASSIGN_OR_RETURN(float epsilon, ParseGradEpsilon(init));
+  return std::unique_ptr<Kernel>(new LayerNormGradKernel(axis, epsilon));
+}
+
+}  // namespace traind::engine

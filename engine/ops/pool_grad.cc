@@ -1,0 +1,208 @@
+// MaxPoolGrad (domain ai.traind.training): MaxPool's input gradient without the Indices output.
+//
+//   MaxPoolGrad(dY, X) -> dX, attributes exactly those of the forward MaxPool.
+//
+// Each output window's maximum is found again in X — the first maximum in row-major window order, as the forward
+// kernel and PyTorch choose it — and its dY is added to that input element. Recomputing costs one read of X;
+// in exchange the forward MaxPool runs its fast oneDNN path (an Indices output would force the direct loop) and
+// no int64 index tensor is kept alive from the forward to the backward pass.
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/ops/spatial_attributes.h"
+#include "engine/runtime/dispatch.h"
+#include "engine/runtime/kernel.h"
+
+namespace traind::engine {
+namespace {
+
+// The window geometry padded to 3 spatial dims with leading unit dims: one loop nest for 1-D, 2-D and 3-D.
+struct Geometry3 {
+  int64_t input[3], output[3], kernel[3], strides[3], dilations[3], pad_begin[3];
+
+  explicit Geometry3(const WindowGeometry& g) {
+    const size_t lead = 3 - g.rank();
+    for (size_t j = 0; j < 3; ++j) {
+      input[j] = output[j] = kernel[j] = strides[j] = dilations[j] = 1;
+      pad_begin[j] = 0;
+    }
+    for (size_t i = 0; i < g.rank(); ++i) {
+      input[lead + i] = g.input[i];
+      output[lead + i] = g.output[i];
+      kernel[lead + i] = g.kernel[i];
+      strides[lead + i] = g.strides[i];
+      dilations[lead + i] = g.dilations[i];
+      pad_begin[lead + i] = g.pad_begin[i];
+    }
+  }
+};
+
+// Taps [*first, *last) of output position `o` along one dim that read inside the input [0, size).
+inline void ValidTaps(int64_t o, int64_t stride, int64_t pad_begin, int64_t kernel, int64_t dilation, int64_t size,
+                      int64_t* first, int64_t* last) {
+  const int64_t start = o * stride - pad_begin;
+  const int64_t begin_tap = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
+  const int64_t end_tap = start >= size ? 0 : (size - start + dilation - 1) / dilation;
+  *first = std::min(begin_tap, kernel);
+  *last = std::max(std::min(end_tap, kernel), *first);
+}
+
+// For each spatial dim and output index: the first and last valid tap and the window start.
+struct TapTable {
+  std::vector<int64_t> first[3], last[3], start[3];
+
+  explicit TapTable(const Geometry3& w) {
+    for (int j = 0; j < 3; ++j) {
+      for (int64_t o = 0; o < w.output[j]; ++o) {
+        int64_t a, b;
+        ValidTaps(o, w.strides[j], w.pad_begin[j], w.kernel[j], w.dilations[j], w.input[j], &a, &b);
+        first[j].push_back(a);
+        last[j].push_back(b);
+        start[j].push_back(o * w.strides[j] - w.pad_begin[j]);
+      }
+    }
+  }
+};
+
+// The common 2x2, stride 2 pooling with every window inside the input (no padding, no dilation): the first
+// maximum of each window found with selects, no data-dependent branches.
+bool IsSimple2x2(const Geometry3& w) {
+  return w.input[0] == 1 && w.kernel[1] == 2 && w.kernel[2] == 2 && w.strides[1] == 2 && w.strides[2] == 2 &&
+         w.dilations[1] == 1 && w.dilations[2] == 1 && w.pad_begin[1] == 0 && w.pad_begin[2] == 0 &&
+         2 * w.output[1] <= w.input[1] && 2 * w.output[2] <= w.input[2];
+}
+
+// One output row of the 2x2 case: each window's element values a b / e d and its gradient become the four
+// gradient values, every one written (the gradient or 0) with selects only. Kept separate from the row loop,
+// with restrict pointers, so that it vectorises.
+template <typename T>
+void MaxPool2x2BackwardRow(const T* __restrict top, const T* __restrict bottom, const T* __restrict g,
+                           T* __restrict dx_top, T* __restrict dx_bottom, int64_t outputs) {
+  for (int64_t ow = 0; ow < outputs; ++ow) {
+    const T a = top[2 * ow], b = top[2 * ow + 1], e = bottom[2 * ow], d = bottom[2 * ow + 1], grad = g[ow];
+    // Row-major window order a, b, e, d; a later element wins only when strictly greater than every earlier one
+    // (the first maximum wins, as in the forward kernel).
+    const bool b_wins = b > a;
+    const T ab = b_wins ? b : a;
+    const bool e_wins = e > ab;
+    const T abe = e_wins ? e : ab;
+    const bool d_wins = d > abe;
+    dx_top[2 * ow] = (!d_wins && !e_wins && !b_wins) ? grad : T(0);
+    dx_top[2 * ow + 1] = (!d_wins && !e_wins && b_wins) ? grad : T(0);
+    dx_bottom[2 * ow] = (!d_wins && e_wins) ? grad : T(0);
+    dx_bottom[2 * ow + 1] = d_wins ? grad : T(0);
+  }
+}
+
+template <typename T>
+void MaxPool2x2BackwardPlane(const Geometry3& w, const T* x, const T* dy, T* dx) {
+  const int64_t width = w.input[2];
+  const int64_t covered_rows = 2 * w.output[1], covered_columns = 2 * w.output[2];
+  for (int64_t oh = 0; oh < w.output[1]; ++oh) {
+    const T* top = x + 2 * oh * width;
+    T* dx_top = dx + 2 * oh * width;
+    MaxPool2x2BackwardRow(top, top + width, dy + oh * w.output[2], dx_top, dx_top + width, w.output[2]);
+    for (int64_t column = covered_columns; column < width; ++column) dx_top[column] = dx_top[width + column] = T(0);
+  }
+  std::fill(dx + covered_rows * width, dx + w.input[1] * width, T(0));  // Rows no window reaches.
+}
+
+template <typename T>
+void MaxPoolBackwardPlane(const Geometry3& w, const TapTable& taps, const T* x, const T* dy, T* dx) {
+  if (IsSimple2x2(w)) return MaxPool2x2BackwardPlane(w, x, dy, dx);
+  const int64_t in_size = w.input[0] * w.input[1] * w.input[2];
+  std::fill_n(dx, in_size, T(0));
+  int64_t o = 0;
+  for (int64_t od = 0; od < w.output[0]; ++od) {
+    const int64_t d0 = taps.first[0][od], d1 = taps.last[0][od], sd = taps.start[0][od];
+    for (int64_t oh = 0; oh < w.output[1]; ++oh) {
+      const int64_t h0 = taps.first[1][oh], h1 = taps.last[1][oh], sh = taps.start[1][oh];
+      for (int64_t ow = 0; ow < w.output[2]; ++ow, ++o) {
+        const int64_t w0 = taps.first[2][ow], w1 = taps.last[2][ow], sw = taps.start[2][ow];
+        T best = std::numeric_limits<T>::lowest();
+        int64_t best_offset = -1;
+        for (int64_t kd = d0; kd < d1; ++kd) {
+          const int64_t id = sd + kd * w.dilations[0];
+          for (int64_t kh = h0; kh < h1; ++kh) {
+            const int64_t row = (id * w.input[1] + sh + kh * w.dilations[1]) * w.input[2] + sw;
+            for (int64_t kw = w0; kw < w1; ++kw) {
+              const int64_t offset = row + kw * w.dilations[2];
+              // Strictly greater: the first maximum wins.
+              if (x[offset] > best || best_offset < 0) {
+                best = x[offset];
+                best_offset = offset;
+              }
+            }
+          }
+        }
+        if (best_offset >= 0) dx[best_offset] += dy[o];
+      }
+    }
+  }
+}
+
+class MaxPoolGradKernel final : public Kernel {
+ public:
+  MaxPoolGradKernel(SpatialAttributes attributes, bool ceil_mode)
+      : attributes_(std::move(attributes)), ceil_mode_(ceil_mode) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
+    if (x->rank() < 3 || x->rank() > 5 || attributes_.kernel_shape.size() != static_cast<size_t>(x->rank() - 2)) {
+      return absl::InvalidArgumentError(absl::StrCat("MaxPoolGrad: X ", x->DebugString(),
+                                                     " must be [N, C, 1-3 spatial dims] matching kernel_shape"));
+    }
+    const std::vector<int64_t> spatial(x->shape().begin() + 2, x->shape().end());
+    TRAIND_ASSIGN_OR_RETURN(WindowGeometry geometry,
+                            ResolveForwardWindow(attributes_, spatial, attributes_.kernel_shape, ceil_mode_));
+    Shape y_shape = {x->dim(0), x->dim(1)};
+    y_shape.insert(y_shape.end(), geometry.output.begin(), geometry.output.end());
+    if (dy->shape() != y_shape || dy->dtype() != x->dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat("MaxPoolGrad: dY ", dy->DebugString(),
+                                                     " must have MaxPool's output shape ", ShapeToString(y_shape)));
+    }
+    const Geometry3 window(geometry);
+    const TapTable taps(window);
+    const int64_t planes = x->dim(0) * x->dim(1);
+    const int64_t in_size = DimProduct(x->shape(), 2, x->shape().size());
+    const int64_t out_size = DimProduct(y_shape, 2, y_shape.size());
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "MaxPoolGrad", [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      TRAIND_ASSIGN_OR_RETURN(Tensor * dx, context.AllocateOutput(0, x->dtype(), x->shape()));
+      const T* in = x->data<T>();
+      const T* grad = dy->data<T>();
+      T* out = dx->mutable_data<T>();
+      context.threads().ParallelFor(
+          planes, std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, in_size)),
+          [&](int64_t begin, int64_t end) {
+            for (int64_t p = begin; p < end; ++p) {
+              MaxPoolBackwardPlane<T>(window, taps, in + p * in_size, grad + p * out_size, out + p * in_size);
+            }
+          });
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  SpatialAttributes attributes_;
+  bool ceil_mode_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateMaxPoolGradKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes, SpatialAttributes::Parse(init, /*allow_dilations=*/true));
+  if (attributes.kernel_shape.empty()) return init.Error("attribute 'kernel_shape' is required");
+  TRAIND_ASSIGN_OR_RETURN(int64_t ceil_mode, init.GetInt("ceil_mode", 0));
+  if (ceil_mode != 0 && ceil_mode != 1) {
+    return init.Error(absl::StrCat("attribute 'ceil_mode' must be 0 or 1, got ", ceil_mode));
+  }
+  return std::unique_ptr<Kernel>(new MaxPoolGradKernel(std::move(attributes), ceil_mode == 1));
+}
+
+}  // namespace traind::engine
