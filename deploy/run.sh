@@ -22,6 +22,9 @@ bazel build //server:traind //client:trainctl
 bin=$(bazel info bazel-bin 2>/dev/null)
 ready=$(mktemp -u /tmp/traind-ready.XXXXXX)
 
+# libgomp reads this at start-up: idle OpenMP threads stop spinning soon, so traind does not collapse on a machine
+# whose cores other processes are using (as the systemd unit sets it).
+export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-10000}
 "$bin/server/traind" --ready_file="$ready" "${traind_args[@]}" &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$ready"' EXIT
