@@ -17,6 +17,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_stats.h"
 #include "engine/core/thread_pool.h"
 #include "engine/io/npy.h"
 #include "engine/model/model_loader.h"
@@ -39,17 +40,6 @@ ABSL_FLAG(bool, profile, false, "Also print the time per op type (one more timed
 
 namespace traind::engine {
 namespace {
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-double Percentile(std::vector<double> values, double p) {
-  std::sort(values.begin(), values.end());
-  return values[static_cast<size_t>(p * (values.size() - 1) + 0.5)];
-}
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "eval_bench: %s\n", message.c_str());

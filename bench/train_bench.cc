@@ -27,6 +27,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_stats.h"
 #include "engine/autodiff/gradient_builder.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
@@ -67,17 +68,6 @@ ABSL_FLAG(bool, json, false, "Print one JSON line instead of text.");
 
 namespace traind::engine {
 namespace {
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-double Percentile(std::vector<double> values, double p) {
-  std::sort(values.begin(), values.end());
-  return values[static_cast<size_t>(p * (values.size() - 1) + 0.5)];
-}
 
 // "mse", "cross_entropy", or "w*kind:output:target,..." into loss terms. `default_output` / `default_target` fill
 // a term that names neither.

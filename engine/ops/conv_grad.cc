@@ -131,16 +131,11 @@ class ConvGradKernel final : public Kernel {
                                                                 bool data, bool weights, bool bias) const {
     auto plan = std::make_shared<ConvGradPlan>();
     const auto f32 = memory::data_type::f32;
-    Shape weight_dims = w.shape();
-    if (group_ > 1) {
-      weight_dims[0] /= group_;
-      weight_dims.insert(weight_dims.begin(), group_);
-    }
-    memory::dims dilations;  // oneDNN counts the gaps: ONNX dilation 1 is oneDNN 0.
-    for (int64_t d : window.dilations) dilations.push_back(d - 1);
-    // Same layout policy as the forward Conv (see conv_ops.cc): plain for 1x1 kernels and single-channel inputs.
-    const bool pointwise = std::all_of(window.kernel.begin(), window.kernel.end(), [](int64_t k) { return k == 1; });
-    const bool plain = pointwise || x.dim(1) == 1;
+    // Same weight and layout policy as the forward Conv.
+    const DnnlConvGeometry geometry = MakeDnnlConvGeometry(w.shape(), group_, window, x.dim(1));
+    const memory::dims& weight_dims = geometry.weight_dims;
+    const memory::dims& dilations = geometry.dilations;
+    const bool plain = geometry.plain_activations;
     const auto activation = [&](const Shape& dims) {
       return plain ? PlainDesc(dims, f32) : memory::desc(ToDims(dims), f32, memory::format_tag::any);
     };

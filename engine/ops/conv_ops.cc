@@ -125,21 +125,10 @@ class ConvKernel final : public Kernel {
                                                             const Shape& out_shape) const {
     auto plan = std::make_shared<ConvPlan>();
     const auto f32 = memory::data_type::f32;
-    // ONNX weights [M, C/g, k...] are exactly oneDNN's grouped [g, M/g, C/g, k...] in memory.
-    Shape weight_dims = w.shape();
-    if (group_ > 1) {
-      weight_dims[0] /= group_;
-      weight_dims.insert(weight_dims.begin(), group_);
-    }
-    memory::dims dilations;  // oneDNN counts the gaps: ONNX dilation 1 is oneDNN 0.
-    for (int64_t d : window.dilations) dilations.push_back(d - 1);
-    // Activation layouts. Plain (no reorders) when the blocked layout does not pay for its reorders:
-    // a 1x1 convolution is one memory-bound GEMM (plain measured 1.2-3x faster on ResNet 1x1
-    // shapes), and a single input channel leaves nothing to block (plain 3.4x faster for a
-    // 1->32 channel 3x3 on 28x28). Otherwise oneDNN picks (format_tag::any): its blocked
-    // implementation was 1.5-3x faster on 3x3 shapes with 3-256 channels, reorders included.
-    const bool pointwise = std::all_of(window.kernel.begin(), window.kernel.end(), [](int64_t k) { return k == 1; });
-    const bool plain_activations = pointwise || x.dim(1) == 1;
+    const DnnlConvGeometry geometry = MakeDnnlConvGeometry(w.shape(), group_, window, x.dim(1));
+    const memory::dims& weight_dims = geometry.weight_dims;
+    const memory::dims& dilations = geometry.dilations;
+    const bool plain_activations = geometry.plain_activations;
     const auto activation_desc = [&](const Shape& dims) {
       return plain_activations ? PlainDesc(dims, f32) : memory::desc(ToDnnlDims(dims), f32, memory::format_tag::any);
     };

@@ -1,5 +1,7 @@
 #include "engine/ops/dnnl_util.h"
 
+#include <algorithm>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -68,6 +70,20 @@ absl::Status RunLayoutChange(const DnnlLayoutChange& change, const void* from_da
   return ExecuteDnnl(
       change.primitive, change.scratchpad,
       {{DNNL_ARG_FROM, WrapMemory(change.from, from_data)}, {DNNL_ARG_TO, WrapMemory(change.to, to_data)}}, context);
+}
+
+DnnlConvGeometry MakeDnnlConvGeometry(absl::Span<const int64_t> weight_shape, int64_t group,
+                                      const WindowGeometry& window, int64_t input_channels) {
+  DnnlConvGeometry geometry;
+  geometry.weight_dims.assign(weight_shape.begin(), weight_shape.end());
+  if (group > 1) {
+    geometry.weight_dims[0] /= group;
+    geometry.weight_dims.insert(geometry.weight_dims.begin(), group);
+  }
+  for (int64_t d : window.dilations) geometry.dilations.push_back(d - 1);
+  const bool pointwise = std::all_of(window.kernel.begin(), window.kernel.end(), [](int64_t k) { return k == 1; });
+  geometry.plain_activations = pointwise || input_channels == 1;
+  return geometry;
 }
 
 }  // namespace traind::engine

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "engine/ops/spatial_attributes.h"
 #include "engine/runtime/kernel.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -34,6 +35,21 @@ dnnl::stream& DnnlThreadStream();
 
 // Plain row-major ("abcd...") descriptor for an ONNX tensor of the given dims; rank 1..6.
 dnnl::memory::desc PlainDesc(absl::Span<const int64_t> dims, dnnl::memory::data_type type);
+
+// oneDNN's view of an ONNX convolution, shared by the forward Conv and ConvGrad so both pick the same layouts.
+struct DnnlConvGeometry {
+  // ONNX weights [M, C/g, k...] are exactly oneDNN's grouped [g, M/g, C/g, k...] in memory.
+  dnnl::memory::dims weight_dims;
+  dnnl::memory::dims dilations;  // oneDNN counts the gaps: ONNX dilation 1 is oneDNN 0.
+  // Activations stay plain (no reorders) where the blocked layout does not pay for its reorders: a 1x1
+  // convolution is one memory-bound GEMM (plain measured 1.2-3x faster on ResNet 1x1 shapes), and a single input
+  // channel leaves nothing to block (plain 3.4x faster for a 1->32 channel 3x3 on 28x28). Otherwise oneDNN picks
+  // (format_tag::any): its blocked implementation was 1.5-3x faster on 3x3 shapes with 3-256 channels, reorders
+  // included.
+  bool plain_activations = false;
+};
+DnnlConvGeometry MakeDnnlConvGeometry(absl::Span<const int64_t> weight_shape, int64_t group,
+                                      const WindowGeometry& window, int64_t input_channels);
 
 // Attributes every primitive here is created with (user-managed scratchpad, see file comment).
 dnnl::primitive_attr UserScratchpadAttr();
