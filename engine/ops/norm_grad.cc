@@ -22,6 +22,20 @@
 namespace traind::engine {
 namespace {
 
+// Allocates the outputs the graph uses: dX shaped as X, dScale and dBias shaped as Scale; unused ones stay null.
+template <typename T>
+absl::Status AllocateRequestedGradients(KernelContext& context, const Tensor& x, const Tensor& scale, T** dx,
+                                        T** dscale, T** dbias) {
+  T** outputs[3] = {dx, dscale, dbias};
+  for (int i = 0; i < 3; ++i) {
+    if (!context.wants_output(i)) continue;
+    TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(i, x.dtype(), i == 0 ? x.shape() : scale.shape()));
+    *outputs[i] = out->mutable_data<T>();
+  }
+  return absl::OkStatus();
+}
+
+
 constexpr int kLanes = 8;  // Independent accumulators, so the reductions vectorise.
 
 // Sum of p[i] - shift and of its square, added to *sum and *squares.
@@ -116,18 +130,7 @@ class BatchNormGradKernel final : public Kernel {
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "BatchNormalizationGrad", [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
       T *dx = nullptr, *dscale = nullptr, *dbias = nullptr;
-      if (context.wants_output(0)) {
-        TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(0, x->dtype(), x->shape()));
-        dx = out->mutable_data<T>();
-      }
-      if (context.wants_output(1)) {
-        TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(1, x->dtype(), scale->shape()));
-        dscale = out->mutable_data<T>();
-      }
-      if (context.wants_output(2)) {
-        TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(2, x->dtype(), scale->shape()));
-        dbias = out->mutable_data<T>();
-      }
+      TRAIND_RETURN_IF_ERROR(AllocateRequestedGradients(context, *x, *scale, &dx, &dscale, &dbias));
       const T* in = x->data<T>();
       const T* grad = dy->data<T>();
       const T* gamma = scale->data<T>();
@@ -196,18 +199,7 @@ class LayerNormGradKernel final : public Kernel {
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "LayerNormalizationGrad", [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
       T *dx = nullptr, *dscale = nullptr, *dbias = nullptr;
-      if (context.wants_output(0)) {
-        TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(0, x->dtype(), x->shape()));
-        dx = out->mutable_data<T>();
-      }
-      if (context.wants_output(1)) {
-        TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(1, x->dtype(), scale->shape()));
-        dscale = out->mutable_data<T>();
-      }
-      if (context.wants_output(2)) {
-        TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(2, x->dtype(), scale->shape()));
-        dbias = out->mutable_data<T>();
-      }
+      TRAIND_RETURN_IF_ERROR(AllocateRequestedGradients(context, *x, *scale, &dx, &dscale, &dbias));
       if (row == 0) return absl::OkStatus();
       const T* in = x->data<T>();
       const T* grad = dy->data<T>();

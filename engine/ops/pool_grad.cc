@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/ops/pool_window.h"
 #include "engine/ops/spatial_attributes.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/runtime/kernel.h"
@@ -20,46 +21,15 @@
 namespace traind::engine {
 namespace {
 
-// The window geometry padded to 3 spatial dims with leading unit dims: one loop nest for 1-D, 2-D and 3-D.
-struct Geometry3 {
-  int64_t input[3], output[3], kernel[3], strides[3], dilations[3], pad_begin[3];
-
-  explicit Geometry3(const WindowGeometry& g) {
-    const size_t lead = 3 - g.rank();
-    for (size_t j = 0; j < 3; ++j) {
-      input[j] = output[j] = kernel[j] = strides[j] = dilations[j] = 1;
-      pad_begin[j] = 0;
-    }
-    for (size_t i = 0; i < g.rank(); ++i) {
-      input[lead + i] = g.input[i];
-      output[lead + i] = g.output[i];
-      kernel[lead + i] = g.kernel[i];
-      strides[lead + i] = g.strides[i];
-      dilations[lead + i] = g.dilations[i];
-      pad_begin[lead + i] = g.pad_begin[i];
-    }
-  }
-};
-
-// Taps [*first, *last) of output position `o` along one dim that read inside the input [0, size).
-inline void ValidTaps(int64_t o, int64_t stride, int64_t pad_begin, int64_t kernel, int64_t dilation, int64_t size,
-                      int64_t* first, int64_t* last) {
-  const int64_t start = o * stride - pad_begin;
-  const int64_t begin_tap = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
-  const int64_t end_tap = start >= size ? 0 : (size - start + dilation - 1) / dilation;
-  *first = std::min(begin_tap, kernel);
-  *last = std::max(std::min(end_tap, kernel), *first);
-}
-
 // For each spatial dim and output index: the first and last valid tap and the window start.
 struct TapTable {
   std::vector<int64_t> first[3], last[3], start[3];
 
-  explicit TapTable(const Geometry3& w) {
+  explicit TapTable(const Window3& w) {
     for (int j = 0; j < 3; ++j) {
       for (int64_t o = 0; o < w.output[j]; ++o) {
         int64_t a, b;
-        ValidTaps(o, w.strides[j], w.pad_begin[j], w.kernel[j], w.dilations[j], w.input[j], &a, &b);
+        TapRange(o, w.strides[j], w.pad_begin[j], w.kernel[j], w.dilations[j], 0, w.input[j], &a, &b);
         first[j].push_back(a);
         last[j].push_back(b);
         start[j].push_back(o * w.strides[j] - w.pad_begin[j]);
@@ -70,7 +40,7 @@ struct TapTable {
 
 // The common 2x2, stride 2 pooling with every window inside the input (no padding, no dilation): the first
 // maximum of each window found with selects, no data-dependent branches.
-bool IsSimple2x2(const Geometry3& w) {
+bool IsSimple2x2(const Window3& w) {
   return w.input[0] == 1 && w.kernel[1] == 2 && w.kernel[2] == 2 && w.strides[1] == 2 && w.strides[2] == 2 &&
          w.dilations[1] == 1 && w.dilations[2] == 1 && w.pad_begin[1] == 0 && w.pad_begin[2] == 0 &&
          2 * w.output[1] <= w.input[1] && 2 * w.output[2] <= w.input[2];
@@ -99,7 +69,7 @@ void MaxPool2x2BackwardRow(const T* __restrict top, const T* __restrict bottom, 
 }
 
 template <typename T>
-void MaxPool2x2BackwardPlane(const Geometry3& w, const T* x, const T* dy, T* dx) {
+void MaxPool2x2BackwardPlane(const Window3& w, const T* x, const T* dy, T* dx) {
   const int64_t width = w.input[2];
   const int64_t covered_rows = 2 * w.output[1], covered_columns = 2 * w.output[2];
   for (int64_t oh = 0; oh < w.output[1]; ++oh) {
@@ -112,7 +82,7 @@ void MaxPool2x2BackwardPlane(const Geometry3& w, const T* x, const T* dy, T* dx)
 }
 
 template <typename T>
-void MaxPoolBackwardPlane(const Geometry3& w, const TapTable& taps, const T* x, const T* dy, T* dx) {
+void MaxPoolBackwardPlane(const Window3& w, const TapTable& taps, const T* x, const T* dy, T* dx) {
   if (IsSimple2x2(w)) return MaxPool2x2BackwardPlane(w, x, dy, dx);
   const int64_t in_size = w.input[0] * w.input[1] * w.input[2];
   std::fill_n(dx, in_size, T(0));
@@ -166,7 +136,7 @@ class MaxPoolGradKernel final : public Kernel {
       return absl::InvalidArgumentError(absl::StrCat("MaxPoolGrad: dY ", dy->DebugString(),
                                                      " must have MaxPool's output shape ", ShapeToString(y_shape)));
     }
-    const Geometry3 window(geometry);
+    const Window3 window(geometry);
     const TapTable taps(window);
     const int64_t planes = x->dim(0) * x->dim(1);
     const int64_t in_size = DimProduct(x->shape(), 2, x->shape().size());

@@ -1,0 +1,51 @@
+// Pooling window helpers shared by the pooling kernels (pool_ops.cc) and their fused gradients (pool_grad.cc).
+#ifndef TRAIND_ENGINE_OPS_POOL_WINDOW_H_
+#define TRAIND_ENGINE_OPS_POOL_WINDOW_H_
+
+#include <algorithm>
+#include <cstdint>
+
+#include "engine/ops/spatial_attributes.h"
+
+namespace traind::engine {
+
+// A window geometry padded to exactly 3 spatial dims with leading unit dims, so one loop nest
+// serves 1-D, 2-D and 3-D pooling.
+struct Window3 {
+  int64_t input[3], output[3], kernel[3], strides[3], dilations[3], pad_begin[3], pad_end[3];
+
+  explicit Window3(const WindowGeometry& g) {
+    const size_t lead = 3 - g.rank();  // Unit dims in front of the real spatial dims.
+    for (size_t j = 0; j < lead; ++j) {
+      input[j] = output[j] = kernel[j] = strides[j] = dilations[j] = 1;
+      pad_begin[j] = pad_end[j] = 0;
+    }
+    for (size_t i = 0; i < g.rank(); ++i) {
+      input[lead + i] = g.input[i];
+      output[lead + i] = g.output[i];
+      kernel[lead + i] = g.kernel[i];
+      strides[lead + i] = g.strides[i];
+      dilations[lead + i] = g.dilations[i];
+      pad_begin[lead + i] = g.pad_begin[i];
+      pad_end[lead + i] = g.pad_end[i];
+    }
+  }
+  int64_t input_size() const { return input[0] * input[1] * input[2]; }
+  int64_t output_size() const { return output[0] * output[1] * output[2]; }
+};
+
+// The kernel taps of output position `o` along one dim whose input coordinate lies in
+// [low, high): taps [*first, *last). Tap t reads coordinate o * stride - pad_begin + t * dilation.
+inline void TapRange(int64_t o, int64_t stride, int64_t pad_begin, int64_t kernel, int64_t dilation, int64_t low,
+                     int64_t high, int64_t* first, int64_t* last) {
+  const int64_t start = o * stride - pad_begin;
+  // Smallest tap at or past `low`, and smallest tap at or past `high` (ceiling divisions).
+  const int64_t begin_tap = start >= low ? 0 : (low - start + dilation - 1) / dilation;
+  const int64_t end_tap = start >= high ? 0 : (high - start + dilation - 1) / dilation;
+  *first = std::min(begin_tap, kernel);
+  *last = std::max(std::min(end_tap, kernel), *first);
+}
+
+}  // namespace traind::engine
+
+#endif  // TRAIND_ENGINE_OPS_POOL_WINDOW_H_
