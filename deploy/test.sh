@@ -10,7 +10,8 @@ bash deploy/setup.sh || exit 1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-for config in "" "--config=asan"; do
+# Heavy tests (multi-GB models, long kill or fuzz loops) carry the tag "no-asan": they run once, optimised.
+for config in "" "--config=asan --test_tag_filters=-no-asan"; do
   echo "== bazel test ${config:-(opt)} //..." >&2
   bazel test ${config} --test_summary=short //... 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
