@@ -65,7 +65,10 @@ class DropoutKernel final : public Kernel {
       }
       TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), x->shape()));
       TRAIND_ASSIGN_OR_RETURN(Tensor * mask, context.AllocateOutput(1, DataType::kBool, x->shape()));
-      std::mt19937 rng(seed_ ? static_cast<uint32_t>(*seed_) : std::random_device{}());
+      const uint64_t session_seed = context.random_seed();
+      std::mt19937 rng(seed_                ? static_cast<uint32_t>(*seed_)
+                       : session_seed != 0 ? static_cast<uint32_t>(session_seed ^ (session_seed >> 32))
+                                           : std::random_device{}());
       const T scale = static_cast<T>(1.0 / (1.0 - ratio));
       const T* in = x->data<T>();
       T* out = y->mutable_data<T>();

@@ -32,9 +32,22 @@ absl::Status CheckInputMatchesDeclaration(const GraphValue& declared, const Tens
   return absl::OkStatus();
 }
 
-CpuExecutor::CpuExecutor(ThreadPool* threads, std::shared_ptr<BufferPool> buffers)
+namespace {
+
+// SplitMix64's finaliser: a bijective mix, so distinct (seed, run, node) triples give well-spread seeds.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+CpuExecutor::CpuExecutor(ThreadPool* threads, std::shared_ptr<BufferPool> buffers, uint64_t random_seed)
     : threads_(threads ? *threads : ThreadPool::Default()),
-      buffers_(buffers ? std::move(buffers) : BufferPool::Create()) {}
+      buffers_(buffers ? std::move(buffers) : BufferPool::Create()),
+      random_seed_(random_seed) {}
 
 absl::StatusOr<std::vector<Tensor>> CpuExecutor::Run(const Plan& plan,
                                                      absl::Span<const Tensor> inputs) const {
@@ -44,6 +57,7 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutor::Run(const Plan& plan,
   }
   // oneDNN, called by kernels on this thread, then uses the same thread count as ParallelFor.
   threads_.MakeCurrent();
+  const uint64_t run_seed = random_seed_ != 0 ? Mix(random_seed_ ^ Mix(runs_.fetch_add(1))) : 0;
   std::vector<Tensor> slots(plan.num_slots);
   for (const auto& [slot, tensor] : plan.constants) slots[slot] = tensor;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -73,6 +87,7 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutor::Run(const Plan& plan,
     KernelContext context(node_inputs.data(), static_cast<int>(node_inputs.size()),
                           node_outputs.data(), static_cast<int>(node_outputs.size()), *buffers_,
                           threads_);
+    if (run_seed != 0) context.set_random_seed(Mix(run_seed + node_index) | 1);
     absl::Status status;
     try {
       status = node.kernel->Compute(context);

@@ -3,6 +3,8 @@
 #ifndef TRAIND_ENGINE_RUNTIME_CPU_EXECUTOR_H_
 #define TRAIND_ENGINE_RUNTIME_CPU_EXECUTOR_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -14,9 +16,10 @@ namespace traind::engine {
 
 class CpuExecutor : public Executor {
  public:
-  // Defaults: ThreadPool::Default() and a fresh pool.
+  // Defaults: ThreadPool::Default() and a fresh pool. `random_seed` != 0 makes every run's random draws (Dropout
+  // without a seed attribute) a function of the seed, the number of runs before it and the node.
   explicit CpuExecutor(ThreadPool* threads = nullptr,
-                       std::shared_ptr<BufferPool> buffers = nullptr);
+                       std::shared_ptr<BufferPool> buffers = nullptr, uint64_t random_seed = 0);
 
   absl::StatusOr<std::vector<Tensor>> Run(const Plan& plan,
                                           absl::Span<const Tensor> inputs) const override;
@@ -35,6 +38,8 @@ class CpuExecutor : public Executor {
   Profile* profile_ = nullptr;
   ThreadPool& threads_;
   std::shared_ptr<BufferPool> buffers_;
+  uint64_t random_seed_;
+  mutable std::atomic<uint64_t> runs_{0};
 };
 
 }  // namespace traind::engine

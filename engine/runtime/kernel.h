@@ -85,6 +85,12 @@ class KernelContext {
   ThreadPool& threads() const { return threads_; }
   BufferPool& buffers() const { return buffers_; }
 
+  // A seed for this node in this run, for kernels that draw random numbers without a seed attribute (Dropout).
+  // Derived by the executor from the session's seed, the run and the node, so a seeded session repeats its
+  // sequence of masks exactly; 0 when the session has no seed (the kernel then draws a fresh one).
+  uint64_t random_seed() const { return random_seed_; }
+  void set_random_seed(uint64_t seed) { random_seed_ = seed; }
+
  private:
   const Tensor* const* inputs_;
   int num_inputs_;
@@ -92,6 +98,7 @@ class KernelContext {
   int num_outputs_;
   BufferPool& buffers_;
   ThreadPool& threads_;
+  uint64_t random_seed_ = 0;
   std::deque<Tensor> scratch_;  // Unwanted outputs; deque keeps earlier pointers valid.
 };
 

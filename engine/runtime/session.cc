@@ -5,9 +5,11 @@
 
 namespace traind::engine {
 
-absl::StatusOr<std::unique_ptr<Session>> Session::Create(const onnx::ModelProto& model) {
+absl::StatusOr<std::unique_ptr<Session>> Session::Create(const onnx::ModelProto& model,
+                                                         const SessionOptions& options) {
   TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, Compile(model));
-  return std::make_unique<Session>(std::move(plan), std::make_unique<CpuExecutor>());
+  return std::make_unique<Session>(
+      std::move(plan), std::make_unique<CpuExecutor>(options.threads, nullptr, options.random_seed));
 }
 
 absl::StatusOr<NamedTensors> Session::Run(const NamedTensors& inputs) const {

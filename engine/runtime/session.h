@@ -18,10 +18,18 @@ namespace traind::engine {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+struct SessionOptions {
+  // The threads kernels use (not owned: must outlive the session); null: ThreadPool::Default().
+  ThreadPool* threads = nullptr;
+  // Non-zero: random draws (Dropout without a seed attribute) repeat exactly across sessions with this seed.
+  uint64_t random_seed = 0;
+};
+
 class Session {
  public:
   // `model` must come from LoadModelFromBytes/File (validated). Uses a CpuExecutor.
-  static absl::StatusOr<std::unique_ptr<Session>> Create(const onnx::ModelProto& model);
+  static absl::StatusOr<std::unique_ptr<Session>> Create(const onnx::ModelProto& model,
+                                                         const SessionOptions& options = {});
   Session(std::shared_ptr<const Plan> plan, std::unique_ptr<Executor> executor)
       : plan_(std::move(plan)), executor_(std::move(executor)) {}
 

@@ -490,6 +490,9 @@ class LossBuilder {
       if (d != 1) *target_shape->add_dim() = shape.dim(d);
     }
     if (absl::Status status = DeclareTarget(term.target, target_type); !status.ok()) return status;
+    auto* class_target = model_.add_metadata_props();
+    class_target->set_key(absl::StrCat(kClassTargetMetadataPrefix, term.target));
+    class_target->set_value(absl::StrCat(classes, " ", term.ignore_index));
     *elements_type = target_type;
     elements_type->mutable_tensor_type()->set_elem_type(elem_type);
 

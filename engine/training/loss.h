@@ -23,8 +23,9 @@ enum class LossKind {
   // torch.nn.CrossEntropyLoss over class logits [N, C] or [N, C, d1, ...] (static C) with int64 class ids
   // [N] or [N, d1, ...]. Element i: -class_weight[y_i] * log_softmax(output)_i[y_i], 0 where y_i == ignore_index;
   // mean = sum of elements / sum of class_weight[y_i] over non-ignored i (PyTorch's weighted mean; NaN when every
-  // target is ignored, as in PyTorch). Targets outside [0, C) other than ignore_index are not checked at run time
-  // (PyTorch raises): ids >= C or < -C contribute 0, ids in [-C, 0) count from the end (ONNX OneHot semantics).
+  // target is ignored, as in PyTorch). The graph alone cannot refuse ids outside [0, C) (OneHot semantics), so
+  // AppendLoss records each target's class count in the model's metadata (kClassTargetMetadataPrefix) and Module
+  // refuses such ids with kInvalidArgument before running, as PyTorch raises.
   kCrossEntropy,
   // torch.nn.L1Loss: |output - target|.
   kL1,
@@ -84,6 +85,11 @@ struct LossTerm {
   onnx::ModelProto graph;
   std::vector<std::string> extra_targets;
 };
+
+// For every CrossEntropy target, AppendLoss adds the model metadata entry "<prefix><target>" =
+// "<classes> <ignore_index>". The graph itself cannot refuse a class id outside [0, C) (OneHot gives it an
+// all-zero row), so whoever feeds the model (Module) checks the ids against it.
+inline constexpr const char* kClassTargetMetadataPrefix = "traind.class_target:";
 
 // What AppendLoss added to the model.
 struct AppendedLoss {

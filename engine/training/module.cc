@@ -11,6 +11,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/autodiff/gradient_builder.h"
@@ -112,36 +114,51 @@ bool AllFinite(const Tensor& tensor) {
 // -------------------------------------------------------------------------------------------------------------
 // Module
 
-Module::Module(CheckpointState* state) : state_(state) {}
+Module::Module(CheckpointState* state, const ModuleOptions& options)
+    : state_(state),
+      options_(options),
+      threads_(options.num_threads > 0 ? std::make_unique<ThreadPool>(options.num_threads) : nullptr) {}
 Module::~Module() = default;
 
+SessionOptions Module::session_options() const {
+  SessionOptions session;
+  session.threads = threads_.get();
+  session.random_seed = options_.random_seed;
+  return session;
+}
+
 absl::StatusOr<std::unique_ptr<Module>> Module::Create(const onnx::ModelProto& training_model,
-                                                       const onnx::ModelProto* eval_model, CheckpointState* state) {
+                                                       const onnx::ModelProto* eval_model, CheckpointState* state,
+                                                       const ModuleOptions& options) {
   TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto training, Validated(training_model, "training"));
   std::optional<onnx::ModelProto> eval;
   if (eval_model != nullptr) {
     TRAIND_ASSIGN_OR_RETURN(eval, Validated(*eval_model, "eval"));
   }
   if (state == nullptr) return absl::InvalidArgumentError("Module needs a checkpoint state");
-  std::unique_ptr<Module> module(new Module(state));
+  if (options.num_threads < 0) return absl::InvalidArgumentError("Module: num_threads must be >= 0");
+  std::unique_ptr<Module> module(new Module(state, options));
   TRAIND_RETURN_IF_ERROR(module->Initialize(training, eval ? &*eval : nullptr));
   return module;
 }
 
-absl::StatusOr<std::unique_ptr<Module>> Module::Create(const Artifacts& artifacts, CheckpointState* state) {
-  return Create(artifacts.training_model, &artifacts.eval_model, state);
+absl::StatusOr<std::unique_ptr<Module>> Module::Create(const Artifacts& artifacts, CheckpointState* state,
+                                                       const ModuleOptions& options) {
+  return Create(artifacts.training_model, &artifacts.eval_model, state, options);
 }
 
 absl::StatusOr<std::unique_ptr<Module>> Module::CreateFromFiles(const std::string& training_model_path,
                                                                 const std::string& eval_model_path,
-                                                                CheckpointState* state) {
+                                                                CheckpointState* state,
+                                                                const ModuleOptions& options) {
   TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto training, LoadedFromFile(training_model_path, "training"));
   std::optional<onnx::ModelProto> eval;
   if (!eval_model_path.empty()) {
     TRAIND_ASSIGN_OR_RETURN(eval, LoadedFromFile(eval_model_path, "eval"));
   }
   if (state == nullptr) return absl::InvalidArgumentError("Module needs a checkpoint state");
-  std::unique_ptr<Module> module(new Module(state));
+  if (options.num_threads < 0) return absl::InvalidArgumentError("Module: num_threads must be >= 0");
+  std::unique_ptr<Module> module(new Module(state, options));
   TRAIND_RETURN_IF_ERROR(module->Initialize(training, eval ? &*eval : nullptr));
   return module;
 }
@@ -159,7 +176,7 @@ absl::Status Module::Initialize(const onnx::ModelProto& training_model, const on
 
 absl::Status Module::CompileModel(onnx::ModelProto model, bool training, CompiledModel& compiled) {
   const char* const what = training ? "training" : "eval";
-  TRAIND_ASSIGN_OR_RETURN(compiled.session, Session::Create(model));
+  TRAIND_ASSIGN_OR_RETURN(compiled.session, Session::Create(model, session_options()));
   compiled.model = std::move(model);
   const Plan& plan = compiled.session->plan();
 
@@ -220,6 +237,21 @@ absl::Status Module::CompileModel(onnx::ModelProto model, bool training, Compile
   if (training && !reset_fed) {
     return absl::InvalidArgumentError(absl::StrCat("the training model has no input '", kLazyResetGradName, "'"));
   }
+  for (const auto& entry : compiled.model.metadata_props()) {
+    if (!absl::StartsWith(entry.key(), kClassTargetMetadataPrefix)) continue;
+    const std::string target = entry.key().substr(std::strlen(kClassTargetMetadataPrefix));
+    const auto input = std::find(compiled.user_inputs.begin(), compiled.user_inputs.end(), target);
+    ClassTarget class_target;
+    std::vector<std::string> fields = absl::StrSplit(entry.value(), ' ');
+    if (input == compiled.user_inputs.end() || fields.size() != 2 ||
+        !absl::SimpleAtoi(fields[0], &class_target.classes) || class_target.classes <= 0 ||
+        !absl::SimpleAtoi(fields[1], &class_target.ignore_index)) {
+      return absl::InvalidArgumentError(absl::StrCat("the ", what, " model's metadata '", entry.key(), "' = '",
+                                                     entry.value(), "' names no class-id input of the model"));
+    }
+    class_target.user_input = static_cast<int>(input - compiled.user_inputs.begin());
+    compiled.class_targets.push_back(class_target);
+  }
 
   if (plan.outputs.empty() || plan.outputs[0].name != kLossName) {
     return absl::InvalidArgumentError(absl::StrCat("the ", what, " model's first output must be '", kLossName, "'"));
@@ -279,6 +311,33 @@ absl::Status Module::CheckState() const {
   return absl::OkStatus();
 }
 
+absl::Status Module::CheckReplacement(const CheckpointState& candidate) const {
+  TRAIND_RETURN_IF_ERROR(ValidateCheckpointState(candidate, /*allow_shape_only=*/false));
+  if (candidate.parameters.size() != state_->parameters.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint has ", candidate.parameters.size(),
+                                                   " parameters, the model ", state_->parameters.size()));
+  }
+  for (size_t p = 0; p < candidate.parameters.size(); ++p) {
+    const Parameter& theirs = candidate.parameters[p];
+    const Parameter& ours = state_->parameters[p];
+    if (theirs.name != ours.name) {
+      return absl::InvalidArgumentError(absl::StrCat("the checkpoint's parameter ", p, " is '", theirs.name,
+                                                     "', the model's '", ours.name, "'"));
+    }
+    if (theirs.data.dtype() != ours.data.dtype() || theirs.data.shape() != ours.data.shape()) {
+      return absl::InvalidArgumentError(absl::StrCat("the checkpoint's parameter '", theirs.name, "' is ",
+                                                     theirs.data.DebugString(), ", the model's ",
+                                                     ours.data.DebugString()));
+    }
+    if (theirs.requires_grad != ours.requires_grad) {
+      return absl::InvalidArgumentError(absl::StrCat("the checkpoint's parameter '", theirs.name, "' is ",
+                                                     theirs.requires_grad ? "trainable" : "frozen",
+                                                     ", the model's is not"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<Tensor>> Module::Feeds(const CompiledModel& compiled, const NamedTensors& inputs,
                                                   bool reset) const {
   TRAIND_RETURN_IF_ERROR(CheckState());
@@ -300,6 +359,21 @@ absl::StatusOr<std::vector<Tensor>> Module::Feeds(const CompiledModel& compiled,
   for (size_t i = 0; i < user.size(); ++i) {
     if (user[i] == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("missing input '", compiled.user_inputs[i], "'"));
+    }
+  }
+  for (const ClassTarget& target : compiled.class_targets) {
+    const Tensor& ids = *user[target.user_input];
+    if (ids.dtype() != DataType::kInt64 || !ids.defined()) continue;  // the declaration check reports it
+    const int64_t* values = ids.data<int64_t>();
+    for (int64_t e = 0; e < ids.num_elements(); ++e) {
+      if ((values[e] < 0 || values[e] >= target.classes) && values[e] != target.ignore_index) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", compiled.user_inputs[target.user_input], "' holds class id ", values[e], " at element ", e,
+            ", outside [0, ", target.classes, ")",
+            target.ignore_index < 0 || target.ignore_index >= target.classes
+                ? absl::StrCat(" and not the ignore_index ", target.ignore_index)
+                : ""));
+      }
     }
   }
 
@@ -528,6 +602,12 @@ absl::Status Module::ExportModelForInferencing(const std::string& path,
   }
   model.mutable_opset_import()->Swap(&opsets);
   model.set_producer_name("traind ExportModelForInferencing");
+  // The loss's targets are gone: so is what the Module knew about them.
+  google::protobuf::RepeatedPtrField<onnx::StringStringEntryProto> metadata;
+  for (const auto& entry : model.metadata_props()) {
+    if (!absl::StartsWith(entry.key(), kClassTargetMetadataPrefix)) *metadata.Add() = entry;
+  }
+  model.mutable_metadata_props()->Swap(&metadata);
 
   std::string bytes;
   if (!model.SerializeToString(&bytes)) {
@@ -570,7 +650,7 @@ absl::Status Optimizer::Initialize(const onnx::ModelProto& optimizer_model, cons
         absl::StrCat("initial learning rate must be finite and >= 0, got ", options.initial_learning_rate));
   }
   options_ = options;
-  TRAIND_ASSIGN_OR_RETURN(session_, Session::Create(optimizer_model));
+  TRAIND_ASSIGN_OR_RETURN(session_, Session::Create(optimizer_model, module_->session_options()));
   const Plan& plan = session_->plan();
   const CheckpointState& state = *module_->state();
 
@@ -667,12 +747,36 @@ absl::Status Optimizer::EnsureState() {
                               scheduler.LearningRate(0, created.group.initial_learning_rate));
     }
   }
+  // Check everything before creating anything, so that a mismatch changes nothing.
+  TRAIND_RETURN_IF_ERROR(CheckOptimizerState(state));
   OptimizerState& optimizer = *state.optimizer;
+  for (size_t k = 0; k < parameter_indices_.size(); ++k) {
+    const Parameter& parameter = state.parameters[parameter_indices_[k]];
+    std::map<std::string, Tensor>& states = optimizer.parameter_states[parameter.name];
+    for (const std::string& name : state_names_) {
+      if (states.count(name) > 0) continue;
+      TRAIND_ASSIGN_OR_RETURN(states[name], Tensor::Allocate(parameter.data.dtype(), parameter.data.shape()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::CheckReplacement(const CheckpointState& candidate) const {
+  if (!candidate.optimizer.has_value()) return absl::OkStatus();
+  return CheckOptimizerState(candidate);
+}
+
+absl::Status Optimizer::CheckOptimizerState(const CheckpointState& state) const {
+  if (!state.optimizer.has_value()) return absl::OkStatus();
+  const OptimizerState& optimizer = *state.optimizer;
   if (optimizer.group.step < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("the checkpoint's optimizer step is negative: ", optimizer.group.step));
   }
-  // Check everything before creating anything, so that a mismatch changes nothing.
+  if (!std::isfinite(optimizer.group.learning_rate) || optimizer.group.learning_rate < 0 ||
+      !std::isfinite(optimizer.group.initial_learning_rate) || optimizer.group.initial_learning_rate < 0) {
+    return absl::InvalidArgumentError("the checkpoint's learning rates must be finite and >= 0");
+  }
   for (size_t k = 0; k < parameter_indices_.size(); ++k) {
     const Parameter& parameter = state.parameters[parameter_indices_[k]];
     auto states = optimizer.parameter_states.find(parameter.name);
@@ -688,14 +792,6 @@ absl::Status Optimizer::EnsureState() {
                                                        parameter.name, "' is ", tensor.DebugString(),
                                                        ", the parameter ", parameter.data.DebugString()));
       }
-    }
-  }
-  for (size_t k = 0; k < parameter_indices_.size(); ++k) {
-    const Parameter& parameter = state.parameters[parameter_indices_[k]];
-    std::map<std::string, Tensor>& states = optimizer.parameter_states[parameter.name];
-    for (const std::string& name : state_names_) {
-      if (states.count(name) > 0) continue;
-      TRAIND_ASSIGN_OR_RETURN(states[name], Tensor::Allocate(parameter.data.dtype(), parameter.data.shape()));
     }
   }
   return absl::OkStatus();
@@ -797,5 +893,19 @@ absl::Status Optimizer::SetScheduler(const LearningRateScheduler& scheduler) {
 }
 
 void Optimizer::ClearScheduler() { module_->state()->scheduler = SchedulerState(); }
+
+absl::Status ReplaceCheckpointState(CheckpointState candidate, Module& module, Optimizer* optimizer) {
+  TRAIND_RETURN_IF_ERROR(module.CheckReplacement(candidate));
+  if (optimizer != nullptr) TRAIND_RETURN_IF_ERROR(optimizer->CheckReplacement(candidate));
+  if (!candidate.scheduler.kind.empty()) {
+    TRAIND_RETURN_IF_ERROR(LearningRateScheduler::FromState(candidate.scheduler).status());
+  }
+  // The Module and Optimizer read every tensor from the state at each run, so swapping the whole state is enough;
+  // a missing optimizer section is created by the next Optimizer::Step (GetLearningRate reports the Optimizer's
+  // initial learning rate until then).
+  *module.state() = std::move(candidate);
+  module.LazyResetGrad();
+  return absl::OkStatus();
+}
 
 }  // namespace traind::engine

@@ -43,6 +43,14 @@
 
 namespace traind::engine {
 
+struct ModuleOptions {
+  // Intra-op threads of this Module's (and its Optimizer's) kernels; 0: every CPU the process may use.
+  int num_threads = 0;
+  // Non-zero: Dropout masks (without a seed attribute) repeat exactly for every Module made with this seed and
+  // driven through the same calls; 0: fresh random masks.
+  uint64_t random_seed = 0;
+};
+
 class Module {
  public:
   // `eval_model` may be null: EvalStep and ExportModelForInferencing then fail with FailedPrecondition.
@@ -50,12 +58,15 @@ class Module {
   // must be those the models take (names, dtypes, shapes; requires_grad exactly for the parameters with a
   // gradient input), but may be nominal (shape-only) until CopyBufferToParameters gives them data.
   static absl::StatusOr<std::unique_ptr<Module>> Create(const onnx::ModelProto& training_model,
-                                                        const onnx::ModelProto* eval_model, CheckpointState* state);
-  static absl::StatusOr<std::unique_ptr<Module>> Create(const Artifacts& artifacts, CheckpointState* state);
+                                                        const onnx::ModelProto* eval_model, CheckpointState* state,
+                                                        const ModuleOptions& options = {});
+  static absl::StatusOr<std::unique_ptr<Module>> Create(const Artifacts& artifacts, CheckpointState* state,
+                                                        const ModuleOptions& options = {});
   // `eval_model_path` may be empty (no eval model).
   static absl::StatusOr<std::unique_ptr<Module>> CreateFromFiles(const std::string& training_model_path,
                                                                  const std::string& eval_model_path,
-                                                                 CheckpointState* state);
+                                                                 CheckpointState* state,
+                                                                 const ModuleOptions& options = {});
   ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
@@ -107,9 +118,14 @@ class Module {
 
   // For Optimizer.
   CheckpointState* state() const { return state_; }
+  // How this Module's sessions run (threads, seed); the Optimizer's session runs the same way.
+  SessionOptions session_options() const;
   // FailedPrecondition unless the state still has the parameters the models were compiled for (same names,
   // checkpoint order), with data.
   absl::Status CheckState() const;
+  // InvalidArgument unless `candidate` could replace the state: the same parameters (names, order, dtypes, shapes,
+  // requires_grad), each with data.
+  absl::Status CheckReplacement(const CheckpointState& candidate) const;
   // False when a TrainStep since the last reset produced a non-finite loss or BatchNormalization statistic: the
   // accumulated gradients must not be applied even if they happen to be finite.
   bool accumulated_steps_finite() const { return accumulated_steps_finite_; }
@@ -120,16 +136,23 @@ class Module {
     enum class Source { kUser, kParameter, kGradientBuffer, kLazyReset } source;
     int index = 0;  // user input or parameter index
   };
+  // A user input holding class ids of a CrossEntropy loss (kClassTargetMetadataPrefix in loss.h).
+  struct ClassTarget {
+    int user_input = 0;
+    int64_t classes = 0;
+    int64_t ignore_index = 0;
+  };
   struct CompiledModel {
     onnx::ModelProto model;  // validated
     std::unique_ptr<Session> session;
     std::vector<Feed> feeds;  // plan input order
+    std::vector<ClassTarget> class_targets;
     std::vector<std::string> user_inputs;
     std::vector<std::string> user_outputs;
     std::vector<int> user_output_indices;  // plan output index per user output
   };
 
-  explicit Module(CheckpointState* state);
+  Module(CheckpointState* state, const ModuleOptions& options);
   absl::Status Initialize(const onnx::ModelProto& training_model, const onnx::ModelProto* eval_model);
   absl::Status CompileModel(onnx::ModelProto model, bool training, CompiledModel& compiled);
   // The plan inputs of `compiled`, in order: the caller's (checked by name, dtype and shape), the parameters,
@@ -139,6 +162,8 @@ class Module {
   static NamedTensors UserOutputs(const CompiledModel& compiled, std::vector<Tensor>& outputs);
 
   CheckpointState* state_;
+  ModuleOptions options_;
+  std::unique_ptr<ThreadPool> threads_;  // null: ThreadPool::Default()
   bool training_mode_ = true;
   bool pending_reset_ = true;
   bool accumulated_steps_finite_ = true;
@@ -191,6 +216,10 @@ class Optimizer {
   float GetLearningRate() const;
   int64_t GetStep() const;
 
+  // InvalidArgument unless `candidate`'s optimizer section (if any) holds exactly the state this optimizer keeps
+  // for its parameters (names, dtypes, shapes). Parameters are Module::CheckReplacement's business.
+  absl::Status CheckReplacement(const CheckpointState& candidate) const;
+
   // Attaches a scheduler (saved in CheckpointState::scheduler, so a resumed Optimizer picks it up again) and
   // sets the learning rate to its value at the current step. Scheduling scales the group's
   // initial_learning_rate. Replaces any previous scheduler.
@@ -206,6 +235,9 @@ class Optimizer {
   // there against the model.
   absl::Status EnsureState();
 
+  // The checks of EnsureState on `state` (whose parameters are this optimizer's, in checkpoint order).
+  absl::Status CheckOptimizerState(const CheckpointState& state) const;
+
   Module* module_;
   OptimizerOptions options_;
   std::unique_ptr<Session> session_;
@@ -213,6 +245,13 @@ class Optimizer {
   std::vector<std::string> parameter_names_;  // trainable parameters, model order
   std::vector<int> parameter_indices_;        // their checkpoint indices
 };
+
+// Loads a checkpoint into a live Module (and its Optimizer, which may be null): `candidate` replaces
+// `*module.state()` if it fits both (CheckReplacement), else InvalidArgument and nothing changes. Gradients
+// accumulate afresh from the next TrainStep (LazyResetGrad). A candidate without an optimizer section restarts the
+// optimizer (zero moments, step 0, the learning rate the Optimizer was created with), as a new Optimizer over it
+// would.
+absl::Status ReplaceCheckpointState(CheckpointState candidate, Module& module, Optimizer* optimizer);
 
 }  // namespace traind::engine
 

@@ -564,12 +564,54 @@ TEST(OptimizerTest, SaveLoadResumeEqualsUninterruptedTraining) {
   // ORT's pattern: load into the state the live Module and Optimizer hold.
   auto reloaded = LoadCheckpoint(checkpoint);
   ASSERT_TRUE(reloaded.ok()) << reloaded.status();
-  uninterrupted->state = *std::move(reloaded);
-  uninterrupted->module->LazyResetGrad();
+  ASSERT_TRUE(ReplaceCheckpointState(*std::move(reloaded), *uninterrupted->module, uninterrupted->optimizer.get()).ok());
   for (int step = 0; step < 3; ++step) {
     EXPECT_EQ(TrainingIteration(*uninterrupted, batch), losses[step]) << step;
   }
   ExpectSameState(uninterrupted->state, final_state);
+}
+
+TEST(OptimizerTest, ReplaceCheckpointStateRefusesAnotherModelsStateAndChangesNothing) {
+  const Artifacts artifacts = MakeArtifacts(Case("mlp"), GoldenAdamW());
+  auto trainer = MakeTrainer(artifacts, kGoldenAdamWLearningRate);
+  ASSERT_NE(trainer, nullptr);
+  const NamedTensors batch = ReadBatch("mlp");
+  TrainingIteration(*trainer, batch);
+  const CheckpointState before = Snapshot(trainer->state);
+
+  std::vector<std::pair<std::string, CheckpointState>> bad;
+  bad.emplace_back("another model", MakeArtifacts(Case("cnn_bn_maxpool"), GoldenAdamW()).checkpoint);
+  CheckpointState reshaped = Snapshot(before);
+  reshaped.parameters[0].data = *Tensor::Allocate(DataType::kFloat32, {3});
+  bad.emplace_back("parameter '", std::move(reshaped));
+  CheckpointState frozen = Snapshot(before);
+  frozen.parameters[0].requires_grad = false;
+  frozen.parameters[0].grad = Tensor();
+  frozen.optimizer->parameter_states.erase(frozen.parameters[0].name);
+  bad.emplace_back("is frozen", std::move(frozen));
+  CheckpointState foreign_moment = Snapshot(before);
+  foreign_moment.optimizer->parameter_states.begin()->second["momentum7"] =
+      *Copy(foreign_moment.parameters[0].data);
+  bad.emplace_back("momentum7", std::move(foreign_moment));
+  CheckpointState nan_rate = Snapshot(before);
+  nan_rate.optimizer->group.learning_rate = std::numeric_limits<float>::quiet_NaN();
+  bad.emplace_back("learning rates", std::move(nan_rate));
+  for (auto& [what, candidate] : bad) {
+    SCOPED_TRACE(what);
+    const absl::Status status =
+        ReplaceCheckpointState(std::move(candidate), *trainer->module, trainer->optimizer.get());
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    ExpectSameState(trainer->state, before);
+  }
+
+  // Without optimizer state the optimizer starts over.
+  CheckpointState parameters_only = Snapshot(before);
+  parameters_only.optimizer.reset();
+  ASSERT_TRUE(ReplaceCheckpointState(std::move(parameters_only), *trainer->module, trainer->optimizer.get()).ok());
+  EXPECT_EQ(trainer->optimizer->GetStep(), 0);
+  EXPECT_EQ(trainer->optimizer->GetLearningRate(), kGoldenAdamWLearningRate);
+  TrainingIteration(*trainer, batch);
+  EXPECT_EQ(trainer->optimizer->GetStep(), 1);
 }
 
 TEST(OptimizerTest, RefusesAModelForOtherParametersAndForeignState) {
@@ -744,6 +786,73 @@ TEST(ModuleTest, BadInputsAreRefusedByName) {
   for (const Parameter& parameter : state.parameters) EXPECT_FALSE(parameter.has_grad()) << parameter.name;
   EXPECT_TRUE(SameBytes(state.parameters[0].data, artifacts.checkpoint.parameters[0].data));
   EXPECT_TRUE(module.TrainStep(batch).ok());
+}
+
+TEST(ModuleTest, ClassIdsOutsideTheClassRangeAreRefused) {
+  const Artifacts artifacts = MakeArtifacts(Case("mlp"), GoldenAdamW());
+  CheckpointState state = artifacts.checkpoint;
+  auto created = Module::Create(artifacts, &state);
+  ASSERT_TRUE(created.ok()) << created.status();
+  Module& module = **created;
+  const NamedTensors batch = ReadBatch("mlp");
+  ASSERT_EQ(batch[1].first, "target");
+  const int64_t classes = 4;  // the golden mlp's logits are [N, 4]
+  for (const int64_t bad : {classes, int64_t{-1}, int64_t{1} << 40}) {
+    SCOPED_TRACE(bad);
+    Tensor target = *Copy(batch[1].second);
+    target.mutable_data<int64_t>()[target.num_elements() - 1] = bad;
+    const NamedTensors inputs = {batch[0], {"target", target}};
+    for (const auto& result : {module.TrainStep(inputs), module.EvalStep(inputs)}) {
+      ASSERT_FALSE(result.ok());
+      EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(std::string(result.status().message()),
+                  HasSubstr(absl::StrCat("input 'target' holds class id ", bad, " at element ",
+                                         target.num_elements() - 1, ", outside [0, 4)")));
+    }
+  }
+  for (const Parameter& parameter : state.parameters) EXPECT_FALSE(parameter.has_grad()) << parameter.name;
+  // The ignore_index is not a class, yet allowed.
+  ArtifactOptions options;
+  options.loss = {CrossEntropy()};
+  options.loss[0].ignore_index = -1;
+  auto ignoring = GenerateArtifacts(*LoadModelFromFile(GoldenDir("mlp") + "/model.onnx"), options);
+  ASSERT_TRUE(ignoring.ok()) << ignoring.status();
+  CheckpointState ignoring_state = ignoring->checkpoint;
+  auto ignoring_module = Module::Create(*ignoring, &ignoring_state);
+  ASSERT_TRUE(ignoring_module.ok()) << ignoring_module.status();
+  Tensor target = *Copy(batch[1].second);
+  target.mutable_data<int64_t>()[0] = -1;
+  EXPECT_TRUE((*ignoring_module)->TrainStep({batch[0], {"target", target}}).ok());
+  // The exported model has no target, so no class-id metadata either.
+  const std::string exported = TestDir("class_ids") + "/model.onnx";
+  ASSERT_TRUE((*ignoring_module)->ExportModelForInferencing(exported, {"logits"}).ok());
+  auto loaded = LoadModelFromFile(exported);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  for (const auto& entry : loaded->metadata_props()) EXPECT_THAT(entry.key(), ::testing::Not(HasSubstr("class_target")));
+}
+
+TEST(ModuleTest, SeededModulesRepeatTheirDropoutMasks) {
+  // bn_dropout_eval has Dropout without a seed attribute: masks come from the Module's seed.
+  auto losses = [](uint64_t seed) {
+    const Artifacts artifacts = MakeArtifacts(Case("bn_dropout_eval"), GoldenAdamW());
+    CheckpointState state = artifacts.checkpoint;
+    ModuleOptions options;
+    options.random_seed = seed;
+    options.num_threads = 1;
+    auto module = Module::Create(artifacts, &state, options);
+    EXPECT_TRUE(module.ok()) << module.status();
+    std::vector<float> values;
+    for (int step = 0; step < 3; ++step) {
+      auto outputs = (*module)->TrainStep(ReadBatch("bn_dropout_eval"));
+      EXPECT_TRUE(outputs.ok()) << outputs.status();
+      values.push_back(*(*outputs)[0].second.data<float>());
+    }
+    return values;
+  };
+  const std::vector<float> first = losses(42);
+  EXPECT_EQ(losses(42), first);
+  EXPECT_NE(losses(43), first);
+  EXPECT_NE(first[0], first[1]);  // a fresh mask every run
 }
 
 // ---- Export for inference ----
