@@ -761,6 +761,12 @@ absl::StatusOr<onnx::ModelProto> BuildOptimizerModel(const onnx::ModelProto& for
   return BuildFusedOptimizerModel(forward, spec, parameters, types);
 }
 
+void RecordInitialLearningRate(float learning_rate, onnx::ModelProto* optimizer_model) {
+  auto* entry = optimizer_model->add_metadata_props();
+  entry->set_key(kInitialLearningRateMetadata);
+  entry->set_value(absl::StrFormat("%.9g", learning_rate));  // round-trips a float exactly
+}
+
 absl::StatusOr<CheckpointState> BuildCheckpoint(const Parameters& parameters) {
   const std::set<std::string> trainable(parameters.trainable.begin(), parameters.trainable.end());
   CheckpointState checkpoint;
@@ -895,6 +901,7 @@ absl::StatusOr<Artifacts> GenerateArtifacts(const onnx::ModelProto& forward, con
   TRAIND_ASSIGN_OR_RETURN(artifacts.eval_model, BuildEvalModel(forward, options, parameters, types));
   TRAIND_ASSIGN_OR_RETURN(artifacts.optimizer_model,
                           BuildOptimizerModel(forward, options.optimizer, parameters, types));
+  RecordInitialLearningRate(options.initial_learning_rate, &artifacts.optimizer_model);
   TRAIND_ASSIGN_OR_RETURN(artifacts.checkpoint, BuildCheckpoint(parameters));
   // The contract promises models the loader accepts; a failure here is a bug of this file, not of the input.
   for (const auto& [name, model] :

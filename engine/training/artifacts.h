@@ -56,6 +56,8 @@ inline constexpr const char* kLazyResetGradName = "lazy_reset_grad";
 inline constexpr const char* kLearningRateName = "learning_rate";
 inline constexpr const char* kStepName = "step";
 inline constexpr const char* kSkippedName = "skipped";
+// Optimizer-model metadata: the learning rate of a fresh start (ArtifactOptions::initial_learning_rate).
+inline constexpr const char* kInitialLearningRateMetadata = "traind.initial_learning_rate";
 
 std::string GradientAccumulationBufferName(const std::string& parameter);  // "<p>_grad.accumulation.buffer"
 std::string GradientAccumulationOutputName(const std::string& parameter);  // "<p>_grad.accumulation.out"
@@ -100,7 +102,9 @@ struct ArtifactOptions {
   OptimizerSpec optimizer;
   // Forward-model values to expose as extra outputs of the training and eval models (after the loss).
   std::vector<std::string> additional_output_names;
-  float initial_learning_rate = 1e-3f;  // stored in the checkpoint's optimizer group once created
+  // The learning rate training starts with: the optimizer model records it (kInitialLearningRateMetadata) and an
+  // Optimizer over a checkpoint without optimizer state starts from it.
+  float initial_learning_rate = 1e-3f;
 };
 
 // One op type of the forward model, for the coverage report.

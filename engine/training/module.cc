@@ -645,11 +645,20 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::CreateFromFile(const std::
 }
 
 absl::Status Optimizer::Initialize(const onnx::ModelProto& optimizer_model, const OptimizerOptions& options) {
-  if (!std::isfinite(options.initial_learning_rate) || options.initial_learning_rate < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("initial learning rate must be finite and >= 0, got ", options.initial_learning_rate));
+  if (options.initial_learning_rate.has_value()) {
+    initial_learning_rate_ = *options.initial_learning_rate;
+  } else {
+    for (const auto& entry : optimizer_model.metadata_props()) {
+      if (entry.key() == kInitialLearningRateMetadata && !absl::SimpleAtof(entry.value(), &initial_learning_rate_)) {
+        return absl::InvalidArgumentError(absl::StrCat("the optimizer model's metadata '", entry.key(), "' = '",
+                                                       entry.value(), "' is not a number"));
+      }
+    }
   }
-  options_ = options;
+  if (!std::isfinite(initial_learning_rate_) || initial_learning_rate_ < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("initial learning rate must be finite and >= 0, got ", initial_learning_rate_));
+  }
   TRAIND_ASSIGN_OR_RETURN(session_, Session::Create(optimizer_model, module_->session_options()));
   const Plan& plan = session_->plan();
   const CheckpointState& state = *module_->state();
@@ -739,8 +748,8 @@ absl::Status Optimizer::EnsureState() {
   if (!state.optimizer.has_value()) {
     OptimizerState& created = state.optimizer.emplace();
     created.group.step = 0;
-    created.group.initial_learning_rate = options_.initial_learning_rate;
-    created.group.learning_rate = options_.initial_learning_rate;
+    created.group.initial_learning_rate = initial_learning_rate_;
+    created.group.learning_rate = initial_learning_rate_;
     if (!state.scheduler.kind.empty()) {
       TRAIND_ASSIGN_OR_RETURN(LearningRateScheduler scheduler, LearningRateScheduler::FromState(state.scheduler));
       TRAIND_ASSIGN_OR_RETURN(created.group.learning_rate,
@@ -875,7 +884,7 @@ absl::Status Optimizer::SetInitialLearningRate(float learning_rate) {
 
 float Optimizer::GetLearningRate() const {
   const CheckpointState& state = *module_->state();
-  return state.optimizer ? state.optimizer->group.learning_rate : options_.initial_learning_rate;
+  return state.optimizer ? state.optimizer->group.learning_rate : initial_learning_rate_;
 }
 
 int64_t Optimizer::GetStep() const {

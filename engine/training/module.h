@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -186,8 +187,9 @@ struct OptimizerStepResult {
 };
 
 struct OptimizerOptions {
-  // Used when the checkpoint has no optimizer state yet (a fresh start); a resumed state keeps its own.
-  float initial_learning_rate = 1e-3f;
+  // Used when the checkpoint has no optimizer state yet (a fresh start); a resumed state keeps its own. Unset: the
+  // optimizer model's kInitialLearningRateMetadata (GenerateArtifacts records it), else ONNX Runtime's 1e-3.
+  std::optional<float> initial_learning_rate;
 };
 
 class Optimizer {
@@ -239,7 +241,7 @@ class Optimizer {
   absl::Status CheckOptimizerState(const CheckpointState& state) const;
 
   Module* module_;
-  OptimizerOptions options_;
+  float initial_learning_rate_ = 1e-3f;  // resolved from OptimizerOptions
   std::unique_ptr<Session> session_;
   std::vector<std::string> state_names_;      // per parameter, e.g. momentum0, momentum1
   std::vector<std::string> parameter_names_;  // trainable parameters, model order

@@ -571,6 +571,27 @@ TEST(OptimizerTest, SaveLoadResumeEqualsUninterruptedTraining) {
   ExpectSameState(uninterrupted->state, final_state);
 }
 
+TEST(OptimizerTest, StartsFromTheLearningRateTheArtifactsRecord) {
+  absl::StatusOr<onnx::ModelProto> forward = LoadModelFromFile(GoldenDir("mlp") + "/model.onnx");
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  ArtifactOptions options;
+  options.loss = {CrossEntropy()};
+  options.initial_learning_rate = 0.0375f;
+  auto artifacts = GenerateArtifacts(*forward, options);
+  ASSERT_TRUE(artifacts.ok()) << artifacts.status();
+  CheckpointState state = artifacts->checkpoint;
+  auto module = Module::Create(*artifacts, &state);
+  ASSERT_TRUE(module.ok()) << module.status();
+  auto recorded = Optimizer::Create(artifacts->optimizer_model, module->get());
+  ASSERT_TRUE(recorded.ok()) << recorded.status();
+  EXPECT_EQ((*recorded)->GetLearningRate(), 0.0375f);
+  // The state now has an optimizer group, which wins over any option: start again from the artifacts' state.
+  state = artifacts->checkpoint;
+  auto overridden = Optimizer::Create(artifacts->optimizer_model, module->get(), {0.5f});
+  ASSERT_TRUE(overridden.ok()) << overridden.status();
+  EXPECT_EQ((*overridden)->GetLearningRate(), 0.5f);
+}
+
 TEST(OptimizerTest, ReplaceCheckpointStateRefusesAnotherModelsStateAndChangesNothing) {
   const Artifacts artifacts = MakeArtifacts(Case("mlp"), GoldenAdamW());
   auto trainer = MakeTrainer(artifacts, kGoldenAdamWLearningRate);
