@@ -86,4 +86,12 @@ absl::StatusOr<std::string> BlobStore::Read(const std::string& blob_id) const {
   return content;
 }
 
+absl::StatusOr<BlobInfo> BlobStore::Stat(const std::string& blob_id) const {
+  if (!IsSha256Hex(blob_id)) return absl::InvalidArgumentError(absl::StrCat("'", blob_id, "' is not a blob id"));
+  std::error_code error;
+  const auto size = std::filesystem::file_size(blobs_dir_ + "/" + blob_id, error);
+  if (error) return absl::NotFoundError(absl::StrCat("no blob '", blob_id, "'"));
+  return BlobInfo{blob_id, static_cast<int64_t>(size)};
+}
+
 }  // namespace traind

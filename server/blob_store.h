@@ -56,6 +56,8 @@ class BlobStore {
 
   // NOT_FOUND for an unknown id; INVALID_ARGUMENT for an id that is not a SHA-256 hex digest.
   absl::StatusOr<std::string> Read(const std::string& blob_id) const;
+  // The same errors; the blob's size without reading it.
+  absl::StatusOr<BlobInfo> Stat(const std::string& blob_id) const;
 
   int64_t max_blob_bytes() const { return max_blob_bytes_; }
 

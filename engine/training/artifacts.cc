@@ -145,6 +145,18 @@ absl::StatusOr<Parameters> ClassifyParameters(const onnx::ModelProto& forward, c
   return parameters;
 }
 
+// The model outputs a loss term reads: its output, or (loss graphs) the graph's inputs named after model outputs.
+std::vector<std::string> LossTermInputs(const LossTerm& term, const onnx::ModelProto& forward) {
+  if (term.kind != LossKind::kOnnxGraph) return {term.output};
+  std::vector<std::string> inputs;
+  for (const auto& input : term.graph.graph().input()) {
+    for (const auto& output : forward.graph().output()) {
+      if (output.name() == input.name()) inputs.push_back(input.name());
+    }
+  }
+  return inputs;
+}
+
 absl::Status ValidateOptions(const onnx::ModelProto& forward, const ArtifactOptions& options, const TypeMap& types) {
   if (options.loss.empty()) return absl::InvalidArgumentError("no loss given");
   absl::flat_hash_set<std::string> values;
@@ -152,6 +164,20 @@ absl::Status ValidateOptions(const onnx::ModelProto& forward, const ArtifactOpti
   for (const auto& initializer : forward.graph().initializer()) values.insert(initializer.name());
   for (const auto& node : forward.graph().node()) values.insert(node.output().begin(), node.output().end());
   for (const LossTerm& term : options.loss) {
+    if (term.kind == LossKind::kOnnxGraph) {
+      if (LossTermInputs(term, forward).empty()) {
+        return absl::InvalidArgumentError("the loss graph reads no output of the model (its inputs must be named after them)");
+      }
+      std::vector<std::string> targets = term.extra_targets;
+      if (!term.target.empty()) targets.push_back(term.target);
+      for (const std::string& target : targets) {
+        if (values.contains(target)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("loss target name '", target, "' already names a value of the model"));
+        }
+      }
+      continue;
+    }
     bool is_output = false;
     for (const auto& output : forward.graph().output()) is_output |= output.name() == term.output;
     if (!is_output) {
@@ -809,7 +835,9 @@ GradientCoverageReport AnalyzeCoverage(const onnx::ModelProto& forward, const st
   }
   absl::flat_hash_set<std::string> has_gradient;
   for (const LossTerm& term : loss) {
-    if (requires_grad.contains(term.output)) has_gradient.insert(term.output);
+    for (const std::string& output : LossTermInputs(term, forward)) {
+      if (requires_grad.contains(output)) has_gradient.insert(output);
+    }
   }
   std::map<std::pair<std::string, std::string>, OpCoverage> ops;
   std::map<std::pair<std::string, std::string>, std::set<std::string>> blocked;

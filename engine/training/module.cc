@@ -411,6 +411,16 @@ absl::StatusOr<std::vector<Tensor>> Module::Feeds(const CompiledModel& compiled,
   return feeds;
 }
 
+std::vector<GraphValue> Module::UserInputs(const CompiledModel& compiled) {
+  std::vector<GraphValue> inputs;
+  if (compiled.session == nullptr) return inputs;
+  const Plan& plan = compiled.session->plan();
+  for (size_t i = 0; i < compiled.feeds.size(); ++i) {
+    if (compiled.feeds[i].source == Feed::Source::kUser) inputs.push_back(plan.inputs[i]);
+  }
+  return inputs;
+}
+
 NamedTensors Module::UserOutputs(const CompiledModel& compiled, std::vector<Tensor>& outputs) {
   NamedTensors named;
   named.reserve(compiled.user_outputs.size());
@@ -489,6 +499,11 @@ absl::Status Module::CopyBufferToParameters(absl::Span<const float> buffer, bool
 
 absl::Status Module::ExportModelForInferencing(const std::string& path,
                                                const std::vector<std::string>& output_names) const {
+  TRAIND_ASSIGN_OR_RETURN(const std::string bytes, ExportInferenceModel(output_names));
+  return WriteFileAtomically(path, bytes);
+}
+
+absl::StatusOr<std::string> Module::ExportInferenceModel(const std::vector<std::string>& output_names) const {
   if (!has_eval_model()) return absl::FailedPreconditionError("this Module has no eval model to export");
   TRAIND_RETURN_IF_ERROR(CheckState());
   if (output_names.empty()) return absl::InvalidArgumentError("no output to export");
@@ -618,7 +633,7 @@ absl::Status Module::ExportModelForInferencing(const std::string& path,
   if (!check.ok()) {
     return absl::InternalError(absl::StrCat("the exported model does not load: ", check.status().message()));
   }
-  return WriteFileAtomically(path, bytes);
+  return bytes;
 }
 
 // -------------------------------------------------------------------------------------------------------------
@@ -885,6 +900,11 @@ absl::Status Optimizer::SetInitialLearningRate(float learning_rate) {
 float Optimizer::GetLearningRate() const {
   const CheckpointState& state = *module_->state();
   return state.optimizer ? state.optimizer->group.learning_rate : initial_learning_rate_;
+}
+
+float Optimizer::GetInitialLearningRate() const {
+  const CheckpointState& state = *module_->state();
+  return state.optimizer ? state.optimizer->group.initial_learning_rate : initial_learning_rate_;
 }
 
 int64_t Optimizer::GetStep() const {

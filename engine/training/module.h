@@ -99,6 +99,9 @@ class Module {
   const std::vector<std::string>& TrainingOutputNames() const { return train_.user_outputs; }
   const std::vector<std::string>& EvalInputNames() const { return eval_.user_inputs; }
   const std::vector<std::string>& EvalOutputNames() const { return eval_.user_outputs; }
+  // The declarations (dtype, shape with -1 for dynamic dimensions) of TrainingInputNames() / EvalInputNames().
+  std::vector<GraphValue> TrainingInputs() const { return UserInputs(train_); }
+  std::vector<GraphValue> EvalInputs() const { return UserInputs(eval_); }
   bool has_eval_model() const { return eval_.session != nullptr; }
 
   // Trainable parameters, checkpoint order.
@@ -116,6 +119,8 @@ class Module {
   // passes LoadModelFromFile. InvalidArgument for an empty, repeated or unknown output name or the loss;
   // FailedPrecondition without an eval model or parameter data.
   absl::Status ExportModelForInferencing(const std::string& path, const std::vector<std::string>& output_names) const;
+  // The same model, serialized, instead of a file.
+  absl::StatusOr<std::string> ExportInferenceModel(const std::vector<std::string>& output_names) const;
 
   // For Optimizer.
   CheckpointState* state() const { return state_; }
@@ -161,6 +166,7 @@ class Module {
   absl::StatusOr<std::vector<Tensor>> Feeds(const CompiledModel& compiled, const NamedTensors& inputs,
                                             bool reset) const;
   static NamedTensors UserOutputs(const CompiledModel& compiled, std::vector<Tensor>& outputs);
+  static std::vector<GraphValue> UserInputs(const CompiledModel& compiled);
 
   CheckpointState* state_;
   ModuleOptions options_;
@@ -216,6 +222,8 @@ class Optimizer {
   // and >= 0.
   absl::Status SetLearningRate(float learning_rate);
   float GetLearningRate() const;
+  // What schedulers scale (ONNX Runtime's initial_lr).
+  float GetInitialLearningRate() const;
   int64_t GetStep() const;
 
   // InvalidArgument unless `candidate`'s optimizer section (if any) holds exactly the state this optimizer keeps

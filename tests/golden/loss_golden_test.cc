@@ -15,7 +15,9 @@
 #include "engine/model/model_loader.h"
 #include "engine/model/tensor_proto.h"
 #include "engine/runtime/session.h"
+#include "engine/training/artifacts.h"
 #include "engine/training/loss.h"
+#include "engine/training/module.h"
 #include "engine/training/training_graph.h"
 #include "gtest/gtest.h"
 
@@ -157,6 +159,47 @@ TEST_P(LossGoldenTest, LossElementsAndGradientsMatchPyTorch) {
     }
     EXPECT_GT(max_reference, 0.0) << parameter;
     EXPECT_LE(max_error, 1e-4 * max_reference) << parameter;
+  }
+}
+
+// The same through the artifacts (GenerateArtifacts) and the training API (Module::TrainStep), as the daemon runs
+// them: built-in losses, weighted combinations and user loss graphs alike.
+TEST_P(LossGoldenTest, ArtifactsTrainedByModuleMatchPyTorch) {
+  const std::string dir = LossDir() + "/" + GetParam().name;
+  auto forward = LoadModelFromFile(LossDir() + "/model.onnx");
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  ArtifactOptions options;
+  options.loss = TermsOf(GetParam());
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/grads")) {
+    options.requires_grad.push_back(entry.path().stem().string());
+  }
+  auto artifacts = GenerateArtifacts(*forward, options);
+  ASSERT_TRUE(artifacts.ok()) << artifacts.status();
+  CheckpointState state = artifacts->checkpoint;
+  auto module = Module::Create(*artifacts, &state);
+  ASSERT_TRUE(module.ok()) << module.status();
+  NamedTensors batch;
+  for (const std::string& name : (*module)->TrainingInputNames()) {
+    const std::string input = LossDir() + "/inputs/" + name + ".npy";
+    auto tensor = ReadNpy(std::filesystem::exists(input) ? input : LossDir() + "/targets/" + name + ".npy");
+    ASSERT_TRUE(tensor.ok()) << name << ": " << tensor.status();
+    batch.emplace_back(name, *tensor);
+  }
+  auto outputs = (*module)->TrainStep(batch);
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  const double reference_loss = ReadNpy(dir + "/loss.npy")->data<double>()[0];
+  EXPECT_NEAR((*outputs)[0].second.data<float>()[0], reference_loss, 1e-5 * std::fabs(reference_loss));
+  for (const Parameter& parameter : state.parameters) {
+    if (!parameter.requires_grad) continue;
+    ASSERT_TRUE(parameter.has_grad()) << parameter.name;
+    auto expected = ReadNpy(dir + "/grads/" + parameter.name + ".npy");
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    double max_error = 0, max_reference = 0;
+    for (int64_t i = 0; i < parameter.grad.num_elements(); ++i) {
+      max_error = std::max(max_error, std::fabs(parameter.grad.data<float>()[i] - expected->data<double>()[i]));
+      max_reference = std::max(max_reference, std::fabs(expected->data<double>()[i]));
+    }
+    EXPECT_LE(max_error, 1e-4 * max_reference) << parameter.name;
   }
 }
 

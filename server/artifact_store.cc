@@ -1,0 +1,209 @@
+#include "server/artifact_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_split.h"
+#include "engine/core/status_macros.h"
+#include "engine/io/file_util.h"
+#include "server/state_names.h"
+
+namespace traind {
+namespace {
+
+constexpr const char* kManifestName = "MANIFEST";
+constexpr const char* kTemporaryPrefix = ".tmp-";
+constexpr const char* kArtifactIdPrefix = "a-";
+constexpr const char* kTemporaryInfix = ".tmp.";
+
+absl::Status CheckCheckpointName(const std::string& name) {
+  TRAIND_RETURN_IF_ERROR(CheckStateName(name, "checkpoint name"));
+  if (absl::StrContains(name, kTemporaryInfix)) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint name '", name, "' must not contain '",
+                                                   kTemporaryInfix, "' (reserved for temporary files)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsyncDirectory(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open directory '", path, "'"));
+  const int synced = ::fsync(fd);
+  ::close(fd);
+  return synced == 0 ? absl::OkStatus() : absl::InternalError(absl::StrCat("cannot fsync '", path, "'"));
+}
+
+absl::Status CreateDirectory(const std::string& path) {
+  std::error_code error;
+  std::filesystem::create_directories(path, error);
+  if (error) return absl::InternalError(absl::StrCat("cannot create '", path, "': ", error.message()));
+  return absl::OkStatus();
+}
+
+// MANIFEST: one line per file, "kind file_name size sha256".
+std::string FormatManifest(const std::vector<ArtifactFileInfo>& files) {
+  std::string manifest;
+  for (const ArtifactFileInfo& file : files) {
+    absl::StrAppend(&manifest, file.kind, " ", file.file_name, " ", file.size_bytes, " ", file.sha256_hex, "\n");
+  }
+  return manifest;
+}
+
+absl::StatusOr<std::vector<ArtifactFileInfo>> ParseManifest(const std::string& text, const std::string& path) {
+  std::vector<ArtifactFileInfo> files;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> fields = absl::StrSplit(line, ' ');
+    ArtifactFileInfo file;
+    if (fields.size() != 4 || !absl::SimpleAtoi(fields[2], &file.size_bytes) ||
+        !CheckStateName(fields[1], "file name").ok()) {
+      return absl::DataLossError(absl::StrCat("'", path, "' is damaged"));
+    }
+    file.kind = fields[0];
+    file.file_name = fields[1];
+    file.sha256_hex = fields[3];
+    files.push_back(std::move(file));
+  }
+  return files;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::Open(const std::string& state_dir,
+                                                                   int64_t max_file_bytes) {
+  const std::string artifacts_dir = state_dir + "/artifacts";
+  const std::string checkpoints_dir = state_dir + "/checkpoints";
+  TRAIND_RETURN_IF_ERROR(CreateDirectory(artifacts_dir));
+  TRAIND_RETURN_IF_ERROR(CreateDirectory(checkpoints_dir));
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(artifacts_dir, error)) {
+    if (absl::StartsWith(entry.path().filename().string(), kTemporaryPrefix)) {
+      std::filesystem::remove_all(entry.path(), error);
+    }
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(checkpoints_dir, error)) {
+    // WriteFileAtomically's temporary files ("<name>.tmp.<pid>.<n>"); CheckCheckpointName keeps names clear of it.
+    if (absl::StrContains(entry.path().filename().string(), kTemporaryInfix)) {
+      std::filesystem::remove(entry.path(), error);
+    }
+  }
+  return std::unique_ptr<ArtifactStore>(new ArtifactStore(artifacts_dir, checkpoints_dir, max_file_bytes));
+}
+
+absl::StatusOr<StoredArtifacts> ArtifactStore::Save(const engine::Artifacts& artifacts, const std::string& prefix,
+                                                    bool nominal_checkpoint, bool keep_content) {
+  if (!prefix.empty()) TRAIND_RETURN_IF_ERROR(CheckStateName(prefix, "the artifact prefix"));
+  // Serialize everything first: nothing is written unless every part can be.
+  std::vector<ArtifactFileInfo> files(4);
+  files[0].kind = kTrainingModelKind;
+  files[1].kind = kEvalModelKind;
+  files[2].kind = kOptimizerModelKind;
+  files[3].kind = kCheckpointKind;
+  files[0].file_name = prefix + "training_model.onnx";
+  files[1].file_name = prefix + "eval_model.onnx";
+  files[2].file_name = prefix + "optimizer_model.onnx";
+  files[3].file_name = prefix + "checkpoint";
+  if (!artifacts.training_model.SerializeToString(&files[0].content) ||
+      !artifacts.eval_model.SerializeToString(&files[1].content) ||
+      !artifacts.optimizer_model.SerializeToString(&files[2].content)) {
+    return absl::ResourceExhaustedError("an artifact model cannot be serialized (over 2 GiB?)");
+  }
+  engine::CheckpointSaveOptions checkpoint_options;
+  checkpoint_options.nominal = nominal_checkpoint;
+  TRAIND_ASSIGN_OR_RETURN(files[3].content, engine::SerializeCheckpoint(artifacts.checkpoint, checkpoint_options));
+  for (ArtifactFileInfo& file : files) {
+    file.size_bytes = static_cast<int64_t>(file.content.size());
+    file.sha256_hex = engine::Sha256Hex(file.content);
+  }
+
+  StoredArtifacts stored;
+  stored.artifact_id = NewRandomId(kArtifactIdPrefix);
+  const std::string temporary = absl::StrCat(artifacts_dir_, "/", kTemporaryPrefix, stored.artifact_id);
+  TRAIND_RETURN_IF_ERROR(CreateDirectory(temporary));
+  absl::Status written = absl::OkStatus();
+  for (const ArtifactFileInfo& file : files) {
+    if (written.ok()) written = engine::WriteFileAtomically(temporary + "/" + file.file_name, file.content);
+  }
+  if (written.ok()) written = engine::WriteFileAtomically(temporary + "/" + kManifestName, FormatManifest(files));
+  if (written.ok() && std::rename(temporary.c_str(), (artifacts_dir_ + "/" + stored.artifact_id).c_str()) != 0) {
+    written = absl::InternalError(absl::StrCat("cannot publish artifact set ", stored.artifact_id));
+  }
+  if (!written.ok()) {
+    std::error_code error;
+    std::filesystem::remove_all(temporary, error);
+    return written;
+  }
+  TRAIND_RETURN_IF_ERROR(FsyncDirectory(artifacts_dir_));
+  if (!keep_content) {
+    for (ArtifactFileInfo& file : files) std::string().swap(file.content);
+  }
+  stored.files = std::move(files);
+  return stored;
+}
+
+absl::StatusOr<std::string> ArtifactStore::ReadVerified(const std::string& directory,
+                                                        const ArtifactFileInfo& file) const {
+  TRAIND_ASSIGN_OR_RETURN(std::string content,
+                          engine::ReadFileLimited(directory + "/" + file.file_name, max_file_bytes_));
+  if (static_cast<int64_t>(content.size()) != file.size_bytes || engine::Sha256Hex(content) != file.sha256_hex) {
+    return absl::DataLossError(absl::StrCat("artifact file '", file.file_name, "' no longer matches its digest"));
+  }
+  return content;
+}
+
+absl::StatusOr<SessionModels> ArtifactStore::Load(const std::string& artifact_id) const {
+  if (!absl::StartsWith(artifact_id, kArtifactIdPrefix) || !CheckStateName(artifact_id, "artifact id").ok()) {
+    return absl::NotFoundError(absl::StrCat("no artifacts '", absl::CHexEscape(artifact_id), "'"));
+  }
+  const std::string directory = absl::StrCat(artifacts_dir_, "/", artifact_id);
+  const std::string manifest_path = absl::StrCat(directory, "/", kManifestName);
+  absl::StatusOr<std::string> manifest = engine::ReadFileLimited(manifest_path, 1 << 16);
+  if (!manifest.ok()) return absl::NotFoundError(absl::StrCat("no artifacts '", artifact_id, "'"));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<ArtifactFileInfo> files, ParseManifest(*manifest, manifest_path));
+  SessionModels models;
+  bool have_training = false, have_checkpoint = false;
+  for (const ArtifactFileInfo& file : files) {
+    TRAIND_ASSIGN_OR_RETURN(std::string content, ReadVerified(directory, file));
+    if (file.kind == kCheckpointKind) {
+      TRAIND_ASSIGN_OR_RETURN(models.checkpoint, engine::ParseCheckpoint(content, file.file_name));
+      have_checkpoint = true;
+      continue;
+    }
+    onnx::ModelProto model;
+    if (!model.ParseFromString(content)) {
+      return absl::DataLossError(absl::StrCat("artifact file '", file.file_name, "' does not parse"));
+    }
+    if (file.kind == kTrainingModelKind) {
+      models.training_model = std::move(model);
+      have_training = true;
+    } else if (file.kind == kEvalModelKind) {
+      models.eval_model = std::move(model);
+    } else if (file.kind == kOptimizerModelKind) {
+      models.optimizer_model = std::move(model);
+    }
+  }
+  if (!have_training || !have_checkpoint) return absl::DataLossError(absl::StrCat("'", manifest_path, "' is damaged"));
+  return models;
+}
+
+absl::Status ArtifactStore::SaveCheckpoint(const std::string& name, const std::string& bytes) {
+  TRAIND_RETURN_IF_ERROR(CheckCheckpointName(name));
+  return engine::WriteFileAtomically(absl::StrCat(checkpoints_dir_, "/", name), bytes);
+}
+
+absl::StatusOr<std::string> ArtifactStore::ReadCheckpoint(const std::string& name) const {
+  TRAIND_RETURN_IF_ERROR(CheckCheckpointName(name));
+  absl::StatusOr<std::string> bytes = engine::ReadFileLimited(absl::StrCat(checkpoints_dir_, "/", name), max_file_bytes_);
+  if (!bytes.ok() && bytes.status().code() == absl::StatusCode::kNotFound) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint named '", name, "'"));
+  }
+  return bytes;
+}
+
+}  // namespace traind

@@ -1,0 +1,84 @@
+// Artifact sets and named checkpoints on disk, under the state directory:
+//   artifacts/<id>/MANIFEST and the four files of GenerateArtifacts (training model, eval model, optimizer model,
+//                   checkpoint), named with the request's prefix
+//   checkpoints/<name>   what SaveCheckpoint stored under a name
+// An artifact set is written into a temporary directory and renamed into place (then the parent directory is
+// fsynced), so it is visible complete or not at all; a checkpoint is written with WriteFileAtomically. Leftovers of
+// writes interrupted by a crash are removed when the store opens.
+#ifndef TRAIND_SERVER_ARTIFACT_STORE_H_
+#define TRAIND_SERVER_ARTIFACT_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/training/artifacts.h"
+#include "engine/training/checkpoint.h"
+#include "onnx/onnx_pb.h"
+
+namespace traind {
+
+// The kinds, in the order files are listed.
+inline constexpr const char* kTrainingModelKind = "training_model";
+inline constexpr const char* kEvalModelKind = "eval_model";
+inline constexpr const char* kOptimizerModelKind = "optimizer_model";
+inline constexpr const char* kCheckpointKind = "checkpoint";
+
+struct ArtifactFileInfo {
+  std::string kind;       // one of the kinds above
+  std::string file_name;  // prefix + "training_model.onnx", ..., prefix + "checkpoint"
+  int64_t size_bytes = 0;
+  std::string sha256_hex;
+  std::string content;    // filled only when asked for
+};
+
+struct StoredArtifacts {
+  std::string artifact_id;
+  std::vector<ArtifactFileInfo> files;  // kind order
+};
+
+// What a session is made of.
+struct SessionModels {
+  onnx::ModelProto training_model;
+  std::optional<onnx::ModelProto> eval_model;
+  std::optional<onnx::ModelProto> optimizer_model;
+  engine::CheckpointState checkpoint;
+};
+
+class ArtifactStore {
+ public:
+  // Creates the directories if needed and removes leftovers of interrupted writes. `max_file_bytes` bounds what
+  // Load and ReadCheckpoint read.
+  static absl::StatusOr<std::unique_ptr<ArtifactStore>> Open(const std::string& state_dir, int64_t max_file_bytes);
+
+  // Stores a new artifact set under a fresh id. `nominal_checkpoint` writes the checkpoint without parameter
+  // values. With `keep_content` the returned files carry their bytes.
+  absl::StatusOr<StoredArtifacts> Save(const engine::Artifacts& artifacts, const std::string& prefix,
+                                       bool nominal_checkpoint, bool keep_content);
+  // NOT_FOUND for an unknown id (or one that is not an id); DATA_LOSS when a file no longer matches the digest
+  // recorded when it was stored.
+  absl::StatusOr<SessionModels> Load(const std::string& artifact_id) const;
+
+  // Named checkpoints ([A-Za-z0-9._-], see state_names.h): SaveCheckpoint replaces an older one atomically.
+  absl::Status SaveCheckpoint(const std::string& name, const std::string& bytes);
+  absl::StatusOr<std::string> ReadCheckpoint(const std::string& name) const;
+
+ private:
+  ArtifactStore(std::string artifacts_dir, std::string checkpoints_dir, int64_t max_file_bytes)
+      : artifacts_dir_(std::move(artifacts_dir)),
+        checkpoints_dir_(std::move(checkpoints_dir)),
+        max_file_bytes_(max_file_bytes) {}
+  // Reads one file of a set and checks it against the manifest.
+  absl::StatusOr<std::string> ReadVerified(const std::string& directory, const ArtifactFileInfo& file) const;
+
+  std::string artifacts_dir_;
+  std::string checkpoints_dir_;
+  int64_t max_file_bytes_;
+};
+
+}  // namespace traind
+
+#endif  // TRAIND_SERVER_ARTIFACT_STORE_H_

@@ -1,0 +1,612 @@
+#include "server/session_manager.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/core/status_macros.h"
+#include "engine/training/module.h"
+#include "server/state_names.h"
+
+namespace traind {
+
+using engine::NamedTensors;
+using engine::Tensor;
+
+namespace {
+
+constexpr const char* kSessionIdPrefix = "s-";
+// Properties are client data kept in memory and in every checkpoint: bounded like everything else.
+constexpr size_t kMaxProperties = 1024;
+constexpr size_t kMaxPropertyNameLength = 256;
+constexpr size_t kMaxPropertyStringBytes = 64 * 1024;
+
+absl::StatusOr<Tensor> DeepCopy(const Tensor& tensor) {
+  TRAIND_ASSIGN_OR_RETURN(Tensor copy, Tensor::Allocate(tensor.dtype(), tensor.shape()));
+  if (tensor.byte_size() > 0) std::memcpy(copy.mutable_raw_data(), tensor.raw_data(), tensor.byte_size());
+  return copy;
+}
+
+absl::StatusOr<float> ScalarLoss(const Tensor& loss) {
+  if (loss.num_elements() != 1) return absl::InternalError(absl::StrCat("the loss is ", loss.DebugString()));
+  if (loss.dtype() == engine::DataType::kFloat32) return *loss.data<float>();
+  if (loss.dtype() == engine::DataType::kFloat64) return static_cast<float>(*loss.data<double>());
+  return absl::InternalError(absl::StrCat("the loss is ", loss.DebugString()));
+}
+
+// The requested outputs, in request order, copied: the run's tensors may share buffers with the session's state,
+// which the next call changes while the caller is still encoding the response.
+absl::StatusOr<NamedTensors> SelectOutputs(const NamedTensors& outputs, const std::vector<std::string>& fetch) {
+  NamedTensors selected;
+  selected.reserve(fetch.size());
+  for (const std::string& name : fetch) {
+    for (const auto& [output_name, tensor] : outputs) {
+      if (output_name != name) continue;
+      TRAIND_ASSIGN_OR_RETURN(Tensor copy, DeepCopy(tensor));
+      selected.emplace_back(name, std::move(copy));
+      break;
+    }
+  }
+  return selected;
+}
+
+// Unknown or repeated names in `fetch` are the caller's error, named.
+absl::Status CheckFetch(const std::vector<std::string>& fetch, const std::vector<std::string>& available,
+                        const char* model) {
+  std::set<std::string> seen;
+  for (const std::string& name : fetch) {
+    if (std::find(available.begin(), available.end(), name) == available.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown output '", name, "'; the ", model, " model has: ",
+                                                     absl::StrJoin(available, ", ")));
+    }
+    if (!seen.insert(name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("output '", name, "' requested twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+uint64_t RandomSeed() {
+  std::random_device device;
+  const uint64_t seed = (static_cast<uint64_t>(device()) << 32) ^ device();
+  return seed == 0 ? 1 : seed;
+}
+
+}  // namespace
+
+class SessionManager::Session {
+ public:
+  Session(std::string id, SessionSettings settings) : id_(std::move(id)), settings_(std::move(settings)) {}
+
+  const std::string& id() const { return id_; }
+
+  // Serializes the calls on this session; `busy` shows while one runs.
+  absl::Mutex mu;
+  std::atomic<bool> busy{false};
+  bool closed ABSL_GUARDED_BY(mu) = false;
+  engine::CheckpointState state ABSL_GUARDED_BY(mu);  // stable address: the Module points at it
+  std::unique_ptr<engine::Module> module ABSL_GUARDED_BY(mu);
+  std::unique_ptr<engine::Optimizer> optimizer ABSL_GUARDED_BY(mu);
+  std::optional<engine::LearningRateScheduler> manual_scheduler ABSL_GUARDED_BY(mu);
+  float last_loss ABSL_GUARDED_BY(mu) = std::numeric_limits<float>::quiet_NaN();
+  int64_t train_steps ABSL_GUARDED_BY(mu) = 0;
+
+  // What Get/List report. Kept apart from `mu` so that looking at a session never waits for its step.
+  SessionInfo Snapshot() const {
+    absl::MutexLock lock(&info_mu_);
+    SessionInfo info = info_;
+    info.busy = busy.load();
+    return info;
+  }
+
+  // The parts that never change, once the models are compiled.
+  void InitializeSnapshot(int num_threads) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    absl::MutexLock lock(&info_mu_);
+    info_.session_id = id_;
+    info_.display_name = settings_.display_name;
+    info_.artifact_id = settings_.artifact_id;
+    info_.num_threads = num_threads;
+    info_.training_inputs = module->TrainingInputs();
+    info_.output_names = module->TrainingOutputNames();
+    info_.has_eval_model = module->has_eval_model();
+    if (info_.has_eval_model) {
+      info_.eval_inputs = module->EvalInputs();
+      info_.eval_output_names = module->EvalOutputNames();
+    }
+    info_.has_optimizer = optimizer != nullptr;
+    info_.trainable_parameter_count = module->GetParametersSize(/*trainable_only=*/true);
+  }
+
+  // The parts calls change; called at the end of every call that may change them.
+  void RefreshSnapshot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    absl::MutexLock lock(&info_mu_);
+    info_.optimizer_step = optimizer ? optimizer->GetStep() : 0;
+    info_.learning_rate = optimizer ? optimizer->GetLearningRate() : 0.0f;
+    info_.properties = state.properties;
+    info_.scheduler = manual_scheduler ? manual_scheduler->kind() : state.scheduler.kind;
+    info_.last_loss = last_loss;
+    info_.train_steps = train_steps;
+  }
+
+  LearningRateInfo LearningRate() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return {optimizer ? optimizer->GetLearningRate() : 0.0f, optimizer ? optimizer->GetStep() : 0};
+  }
+
+  absl::Status RequireOptimizer(const char* what) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (optimizer != nullptr) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": session '", id_, "' has no optimizer model (create it with one)"));
+  }
+
+ private:
+  const std::string id_;
+  const SessionSettings settings_;
+  mutable absl::Mutex info_mu_;
+  SessionInfo info_ ABSL_GUARDED_BY(info_mu_);
+};
+
+// One call on one session: holds the session's lock for the call and shows the session busy meanwhile. A call
+// that waited for the lock while CloseSession ran finds the session closed: NOT_FOUND, as if it had come later.
+class SessionManager::Call {
+ public:
+  explicit Call(std::shared_ptr<Session> session) : session_(std::move(session)) {
+    session_->mu.Lock();
+    session_->busy = true;
+  }
+  ~Call() {
+    session_->busy = false;
+    session_->mu.Unlock();
+  }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  absl::Status status() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (!session_->closed) return absl::OkStatus();
+    return absl::NotFoundError(absl::StrCat("no session '", session_->id(), "' (it was closed)"));
+  }
+  Session* operator->() const { return session_.get(); }
+
+ private:
+  std::shared_ptr<Session> session_;
+};
+
+SessionManager::SessionManager(ComputePool* compute, SessionLimits limits) : compute_(compute), limits_(limits) {}
+SessionManager::~SessionManager() = default;
+
+int64_t SessionManager::size() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(sessions_.size());
+}
+
+absl::StatusOr<std::shared_ptr<SessionManager::Session>> SessionManager::Find(const std::string& session_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrCat("no session '", absl::CHexEscape(session_id.substr(0, kMaxNameLength)), "'"));
+  }
+  return it->second;
+}
+
+// Every call on one session: find it, hold its call lock, refuse it if it was closed meanwhile.
+#define TRAIND_SESSION_CALL(call, session_id)                                  \
+  TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<Session> call##_session, Find(session_id)); \
+  Call call(std::move(call##_session));                                      \
+  TRAIND_RETURN_IF_ERROR(call.status())
+
+absl::StatusOr<SessionInfo> SessionManager::Create(SessionModels models, const SessionSettings& settings,
+                                                   const CancelledFn& cancelled) {
+  if (settings.num_threads < 0 || settings.num_threads > limits_.max_num_threads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_threads must be in [0, ", limits_.max_num_threads, "], got ", settings.num_threads));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (static_cast<int64_t>(sessions_.size()) + creating_ >= limits_.max_sessions) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the daemon already has its maximum of ", limits_.max_sessions, " sessions; close one first"));
+    }
+    ++creating_;
+  }
+  struct CreatingDone {
+    SessionManager* manager;
+    ~CreatingDone() {
+      absl::MutexLock lock(&manager->mu_);
+      --manager->creating_;
+    }
+  } creating_done{this};
+
+  auto session = std::make_shared<Session>(NewRandomId(kSessionIdPrefix), settings);
+  engine::ModuleOptions module_options;
+  module_options.num_threads = settings.num_threads > 0 ? settings.num_threads : limits_.default_num_threads;
+  module_options.random_seed = settings.seed != 0 ? settings.seed : RandomSeed();
+  {
+    absl::MutexLock lock(&session->mu);
+    session->state = std::move(models.checkpoint);
+    TRAIND_RETURN_IF_ERROR(compute_->Run(
+        [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+          TRAIND_ASSIGN_OR_RETURN(
+              session->module,
+              engine::Module::Create(models.training_model, models.eval_model ? &*models.eval_model : nullptr,
+                                     &session->state, module_options));
+          if (models.optimizer_model) {
+            TRAIND_ASSIGN_OR_RETURN(session->optimizer,
+                                    engine::Optimizer::Create(*models.optimizer_model, session->module.get()));
+          }
+          return absl::OkStatus();
+        },
+        cancelled));
+    session->InitializeSnapshot(module_options.num_threads);
+    session->RefreshSnapshot();
+  }
+  SessionInfo info = session->Snapshot();
+  absl::MutexLock lock(&mu_);
+  sessions_.emplace(session->id(), std::move(session));
+  return info;
+}
+
+absl::StatusOr<SessionInfo> SessionManager::Get(const std::string& session_id) {
+  TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Find(session_id));
+  return session->Snapshot();
+}
+
+std::vector<SessionInfo> SessionManager::List() {
+  std::vector<std::shared_ptr<Session>> sessions;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, session] : sessions_) sessions.push_back(session);
+  }
+  std::vector<SessionInfo> infos;
+  infos.reserve(sessions.size());
+  for (const auto& session : sessions) infos.push_back(session->Snapshot());
+  return infos;
+}
+
+absl::Status SessionManager::Close(const std::string& session_id) {
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("no session '", absl::CHexEscape(session_id), "'"));
+    session = std::move(it->second);
+    sessions_.erase(it);
+  }
+  // Waits for the call in progress; calls queued behind it then see `closed`.
+  absl::MutexLock lock(&session->mu);
+  session->closed = true;
+  session->optimizer.reset();
+  session->module.reset();
+  session->state = engine::CheckpointState();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainStepResult> SessionManager::TrainStep(const std::string& session_id, const NamedTensors& inputs,
+                                                          bool accumulate_only, const std::vector<std::string>& fetch,
+                                                          const CancelledFn& cancelled) {
+  TRAIND_SESSION_CALL(session, session_id);
+  TRAIND_RETURN_IF_ERROR(CheckFetch(fetch, session->module->TrainingOutputNames(), "training"));
+  if (!accumulate_only) TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("TrainStep without accumulate_only"));
+  TrainStepResult result;
+  TRAIND_RETURN_IF_ERROR(compute_->Run(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        result.learning_rate = session->optimizer ? session->optimizer->GetLearningRate() : 0.0f;
+        TRAIND_ASSIGN_OR_RETURN(NamedTensors outputs, session->module->TrainStep(inputs));
+        TRAIND_ASSIGN_OR_RETURN(result.loss, ScalarLoss(outputs[0].second));
+        TRAIND_ASSIGN_OR_RETURN(result.outputs, SelectOutputs(outputs, fetch));
+        session->last_loss = result.loss;
+        ++session->train_steps;
+        if (accumulate_only) {
+          if (!std::isfinite(result.loss)) {
+            result.skipped = true;
+            result.skip_reason = "the loss is not finite: the next OptimizerStep will skip these gradients";
+          }
+          return absl::OkStatus();
+        }
+        absl::StatusOr<engine::OptimizerStepResult> step = session->optimizer->Step();
+        // Applied or not, these gradients are spent: the next step starts afresh.
+        session->module->LazyResetGrad();
+        if (!step.ok()) return step.status();
+        result.skipped = step->skipped;
+        if (step->skipped) {
+          result.skip_reason = std::isfinite(result.loss) ? "a gradient is not finite" : "the loss is not finite";
+        }
+        return absl::OkStatus();
+      },
+      cancelled));
+  result.optimizer_step = session->optimizer ? session->optimizer->GetStep() : 0;
+  session->RefreshSnapshot();
+  return result;
+}
+
+absl::StatusOr<OptimizerStepInfo> SessionManager::OptimizerStep(const std::string& session_id,
+                                                                const CancelledFn& cancelled) {
+  TRAIND_SESSION_CALL(session, session_id);
+  TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("OptimizerStep"));
+  OptimizerStepInfo info;
+  TRAIND_RETURN_IF_ERROR(compute_->Run(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        TRAIND_ASSIGN_OR_RETURN(engine::OptimizerStepResult step, session->optimizer->Step());
+        info.skipped = step.skipped;
+        if (step.skipped) info.skip_reason = "a loss or gradient accumulated since the last reset is not finite";
+        return absl::OkStatus();
+      },
+      cancelled));
+  info.optimizer_step = session->optimizer->GetStep();
+  info.learning_rate = session->optimizer->GetLearningRate();
+  session->RefreshSnapshot();
+  return info;
+}
+
+absl::Status SessionManager::LazyResetGrad(const std::string& session_id) {
+  TRAIND_SESSION_CALL(session, session_id);
+  session->module->LazyResetGrad();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EvalResult> SessionManager::Eval(const std::string& session_id, const NamedTensors& inputs,
+                                                const std::vector<std::string>& fetch, const CancelledFn& cancelled) {
+  TRAIND_SESSION_CALL(session, session_id);
+  if (!session->module->has_eval_model()) {
+    return absl::FailedPreconditionError(absl::StrCat("session '", session_id, "' has no eval model"));
+  }
+  TRAIND_RETURN_IF_ERROR(CheckFetch(fetch, session->module->EvalOutputNames(), "eval"));
+  EvalResult result;
+  TRAIND_RETURN_IF_ERROR(compute_->Run(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        TRAIND_ASSIGN_OR_RETURN(NamedTensors outputs, session->module->EvalStep(inputs));
+        TRAIND_ASSIGN_OR_RETURN(result.loss, ScalarLoss(outputs[0].second));
+        TRAIND_ASSIGN_OR_RETURN(result.outputs, SelectOutputs(outputs, fetch));
+        return absl::OkStatus();
+      },
+      cancelled));
+  return result;
+}
+
+absl::StatusOr<LearningRateInfo> SessionManager::SetLearningRate(const std::string& session_id, float learning_rate) {
+  TRAIND_SESSION_CALL(session, session_id);
+  TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("SetLearningRate"));
+  TRAIND_RETURN_IF_ERROR(session->optimizer->SetLearningRate(learning_rate));
+  session->RefreshSnapshot();
+  return session->LearningRate();
+}
+
+absl::StatusOr<LearningRateInfo> SessionManager::GetLearningRate(const std::string& session_id) {
+  TRAIND_SESSION_CALL(session, session_id);
+  TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("GetLearningRate"));
+  return session->LearningRate();
+}
+
+absl::StatusOr<LearningRateInfo> SessionManager::SetScheduler(const std::string& session_id,
+                                                              const SchedulerRequest& request) {
+  TRAIND_SESSION_CALL(session, session_id);
+  TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("SetScheduler"));
+  engine::Optimizer& optimizer = *session->optimizer;
+  if (request.initial_learning_rate) {
+    const float rate = *request.initial_learning_rate;
+    if (!std::isfinite(rate) || rate < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("initial_learning_rate must be finite and >= 0, got ", rate));
+    }
+  }
+  // Validated above; from here on nothing fails but an allocation of the optimizer state.
+  if (request.initial_learning_rate) {
+    TRAIND_RETURN_IF_ERROR(optimizer.SetInitialLearningRate(*request.initial_learning_rate));
+  }
+  session->manual_scheduler.reset();
+  optimizer.ClearScheduler();
+  if (request.scheduler && request.manual_step) {
+    session->manual_scheduler = *request.scheduler;
+  } else if (request.scheduler) {
+    TRAIND_RETURN_IF_ERROR(optimizer.SetScheduler(*request.scheduler));
+  }
+  session->RefreshSnapshot();
+  return session->LearningRate();
+}
+
+absl::StatusOr<LearningRateInfo> SessionManager::SchedulerStep(const std::string& session_id) {
+  TRAIND_SESSION_CALL(session, session_id);
+  TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("SchedulerStep"));
+  engine::Optimizer& optimizer = *session->optimizer;
+  std::optional<engine::LearningRateScheduler> scheduler = session->manual_scheduler;
+  if (!scheduler && !session->state.scheduler.kind.empty()) {
+    TRAIND_ASSIGN_OR_RETURN(scheduler, engine::LearningRateScheduler::FromState(session->state.scheduler));
+  }
+  if (!scheduler) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session '", session_id, "' has no scheduler: SetScheduler first"));
+  }
+  TRAIND_ASSIGN_OR_RETURN(const float rate,
+                          scheduler->LearningRate(optimizer.GetStep(), optimizer.GetInitialLearningRate()));
+  TRAIND_RETURN_IF_ERROR(optimizer.SetLearningRate(rate));
+  session->RefreshSnapshot();
+  return session->LearningRate();
+}
+
+absl::StatusOr<std::string> SessionManager::SerializeCheckpoint(const std::string& session_id,
+                                                                bool include_optimizer_state) {
+  TRAIND_SESSION_CALL(session, session_id);
+  engine::CheckpointSaveOptions options;
+  options.include_optimizer_state = include_optimizer_state;
+  // A nominal state (shapes only, before SetParameters) is saved as such.
+  for (const engine::Parameter& parameter : session->state.parameters) {
+    if (!parameter.data.defined()) options.nominal = true;
+  }
+  return engine::SerializeCheckpoint(session->state, options);
+}
+
+absl::StatusOr<SessionInfo> SessionManager::LoadCheckpoint(const std::string& session_id,
+                                                           const std::string& checkpoint_bytes) {
+  // Parsed (and its digest checked) before the session is locked: a damaged file costs the session nothing.
+  TRAIND_ASSIGN_OR_RETURN(engine::CheckpointState candidate,
+                          engine::ParseCheckpoint(checkpoint_bytes, "the checkpoint to load"));
+  TRAIND_SESSION_CALL(session, session_id);
+  TRAIND_RETURN_IF_ERROR(
+      engine::ReplaceCheckpointState(std::move(candidate), *session->module, session->optimizer.get()));
+  session->RefreshSnapshot();
+  SessionInfo info = session->Snapshot();
+  return info;
+}
+
+absl::StatusOr<engine::PropertyBag> SessionManager::UpdateProperties(const std::string& session_id,
+                                                                     const engine::PropertyBag& set,
+                                                                     const std::vector<std::string>& remove) {
+  for (const auto& [name, value] : set) {
+    if (name.empty() || name.size() > kMaxPropertyNameLength) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("property names must have 1 to ", kMaxPropertyNameLength, " characters"));
+    }
+    if (const std::string* text = std::get_if<std::string>(&value); text && text->size() > kMaxPropertyStringBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("property '", name, "' has ", text->size(),
+                                                     " bytes; at most ", kMaxPropertyStringBytes, " are allowed"));
+    }
+  }
+  TRAIND_SESSION_CALL(session, session_id);
+  engine::PropertyBag properties = session->state.properties;
+  for (const auto& [name, value] : set) properties[name] = value;
+  for (const std::string& name : remove) properties.erase(name);
+  if (properties.size() > kMaxProperties) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a session holds at most ", kMaxProperties, " properties (", properties.size(), " requested)"));
+  }
+  session->state.properties = std::move(properties);
+  session->RefreshSnapshot();
+  return session->state.properties;
+}
+
+absl::StatusOr<ParameterValues> SessionManager::GetParameters(const std::string& session_id,
+                                                              const ParameterRequest& request) {
+  TRAIND_SESSION_CALL(session, session_id);
+  const std::vector<engine::Parameter>& parameters = session->state.parameters;
+  ParameterValues values;
+  auto layout_of = [](const engine::Parameter& parameter, int64_t offset) {
+    return ParameterLayout{parameter.name,         parameter.data.shape(), parameter.data.dtype(), offset,
+                           parameter.requires_grad, parameter.has_grad()};
+  };
+  // A gradient to report: the accumulated one, or zeros where none has been computed yet.
+  auto gradient_of = [](const engine::Parameter& parameter) -> absl::StatusOr<Tensor> {
+    if (parameter.has_grad()) return DeepCopy(parameter.grad);
+    return Tensor::Allocate(parameter.data.dtype(), parameter.data.shape());
+  };
+  if (!request.names.empty()) {
+    std::set<std::string> seen;
+    for (const std::string& name : request.names) {
+      auto it = std::find_if(parameters.begin(), parameters.end(),
+                             [&](const engine::Parameter& parameter) { return parameter.name == name; });
+      if (it == parameters.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("unknown parameter '", name, "'"));
+      }
+      if (!seen.insert(name).second) {
+        return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' requested twice"));
+      }
+      if (!it->data.defined()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("parameter '", name, "' has no value yet (a nominal checkpoint): SetParameters first"));
+      }
+      values.layout.push_back(layout_of(*it, 0));
+      TRAIND_ASSIGN_OR_RETURN(values.parameters.emplace_back(), DeepCopy(it->data));
+      if (request.include_gradients) {
+        if (it->requires_grad) {
+          TRAIND_ASSIGN_OR_RETURN(values.gradients.emplace_back(), gradient_of(*it));
+        } else {
+          values.gradients.emplace_back();  // frozen: no gradient
+        }
+      }
+    }
+    return values;
+  }
+  TRAIND_ASSIGN_OR_RETURN(values.buffer, session->module->GetContiguousParameters(request.trainable_only));
+  int64_t offset = 0;
+  for (const engine::Parameter& parameter : parameters) {
+    if (request.trainable_only && !parameter.requires_grad) continue;
+    values.layout.push_back(layout_of(parameter, offset));
+    offset += parameter.data.num_elements();
+  }
+  if (request.include_gradients) {
+    TRAIND_ASSIGN_OR_RETURN(values.gradient_buffer, Tensor::Allocate(engine::DataType::kFloat32, {offset}));
+    float* out = values.gradient_buffer.mutable_data<float>();
+    for (size_t p = 0; p < parameters.size(); ++p) {
+      const engine::Parameter& parameter = parameters[p];
+      if (request.trainable_only && !parameter.requires_grad) continue;
+      if (parameter.has_grad()) std::memcpy(out, parameter.grad.raw_data(), parameter.grad.byte_size());
+      out += parameter.data.num_elements();  // zeros (Allocate) where there is none
+    }
+  }
+  return values;
+}
+
+absl::Status SessionManager::SetParameters(const std::string& session_id, bool trainable_only, const Tensor* buffer,
+                                           const NamedTensors& named) {
+  if ((buffer != nullptr) == !named.empty()) {
+    return absl::InvalidArgumentError("give either a contiguous buffer or named parameters");
+  }
+  TRAIND_SESSION_CALL(session, session_id);
+  std::vector<engine::Parameter>& parameters = session->state.parameters;
+  if (buffer != nullptr) {
+    if (buffer->dtype() != engine::DataType::kFloat32 || buffer->rank() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the parameter buffer must be a float32 vector, got ", buffer->DebugString()));
+    }
+    return session->module->CopyBufferToParameters(
+        absl::MakeConstSpan(buffer->data<float>(), buffer->num_elements()), trainable_only);
+  }
+  // Everything is checked before the first write.
+  std::vector<std::pair<engine::Parameter*, const Tensor*>> writes;
+  std::set<std::string> seen;
+  for (const auto& [name, tensor] : named) {
+    auto it = std::find_if(parameters.begin(), parameters.end(),
+                           [&](const engine::Parameter& parameter) { return parameter.name == name; });
+    if (it == parameters.end()) return absl::InvalidArgumentError(absl::StrCat("unknown parameter '", name, "'"));
+    if (!seen.insert(name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' given twice"));
+    }
+    if (tensor.dtype() != it->data.dtype() || tensor.shape() != it->data.shape()) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' is ", it->data.DebugString(), ", got ",
+                                                     tensor.DebugString()));
+    }
+    writes.emplace_back(&*it, &tensor);
+  }
+  for (auto& [parameter, tensor] : writes) {
+    if (!parameter->data.defined()) {
+      TRAIND_ASSIGN_OR_RETURN(parameter->data, DeepCopy(*tensor));
+    } else if (tensor->byte_size() > 0) {
+      // In place: every holder of the parameter's buffer (the Module's runs) sees the new value.
+      std::memcpy(parameter->data.mutable_raw_data(), tensor->raw_data(), tensor->byte_size());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> SessionManager::ExportForInference(const std::string& session_id,
+                                                               const std::vector<std::string>& output_names,
+                                                               const CancelledFn& cancelled) {
+  TRAIND_SESSION_CALL(session, session_id);
+  if (!session->module->has_eval_model()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session '", session_id, "' has no eval model, which the inference model is made from"));
+  }
+  std::vector<std::string> outputs = output_names;
+  if (outputs.empty()) {
+    for (const std::string& name : session->module->EvalOutputNames()) {
+      if (name != engine::kLossName) outputs.push_back(name);
+    }
+    if (outputs.empty()) {
+      return absl::InvalidArgumentError(
+          "the eval model has no output but the loss: name the values to export in output_names");
+    }
+  }
+  std::string bytes;
+  TRAIND_RETURN_IF_ERROR(compute_->Run(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        TRAIND_ASSIGN_OR_RETURN(bytes, session->module->ExportInferenceModel(outputs));
+        return absl::OkStatus();
+      },
+      cancelled));
+  return bytes;
+}
+
+}  // namespace traind

@@ -1,0 +1,195 @@
+// The training sessions the daemon owns: each a CheckpointState with the Module and (optional) Optimizer that train
+// it, as in ONNX Runtime's training API. This is the core the RPC handlers call; it speaks engine types only
+// (no protobuf wire types), so it could serve any front end.
+//
+// Concurrency: sessions train in parallel; the calls on one session are serialized by its mutex, in arrival order
+// of the lock. Everything that runs a model (compilation, TrainStep, optimizer step, Eval, export) runs on the
+// shared ComputePool (compute_pool.h), never on the caller's thread. Calls that only read or copy state (parameters,
+// learning rate, checkpoint bytes) run on the caller's thread under the session's mutex.
+//
+// Every call checks everything it can before changing anything: on error the session is as it was.
+#ifndef TRAIND_SERVER_SESSION_MANAGER_H_
+#define TRAIND_SERVER_SESSION_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/runtime/plan.h"
+#include "engine/runtime/session.h"
+#include "engine/training/checkpoint.h"
+#include "engine/training/lr_scheduler.h"
+#include "server/artifact_store.h"
+#include "server/compute_pool.h"
+
+namespace traind {
+
+// Asked before queued work starts: true when the caller is gone (cancelled, deadline passed).
+using CancelledFn = std::function<bool()>;
+
+struct SessionSettings {
+  std::string display_name;
+  std::string artifact_id;  // informational ("" for uploaded artifacts)
+  int num_threads = 0;      // intra-op threads; 0: the daemon's default
+  uint64_t seed = 0;        // Dropout masks; 0: a random seed
+};
+
+// SetScheduler's request. No scheduler: the current one is removed and the learning rate stays where it is.
+struct SchedulerRequest {
+  std::optional<engine::LearningRateScheduler> scheduler;
+  std::optional<float> initial_learning_rate;
+  // false: every optimizer step moves the learning rate along the schedule (it lives in the checkpoint).
+  // true: only SchedulerStep does, as ONNX Runtime's LinearLRScheduler.step() (not saved in checkpoints, as in
+  // ONNX Runtime).
+  bool manual_step = false;
+};
+
+struct SessionInfo {
+  std::string session_id;
+  std::string display_name;
+  std::string artifact_id;
+  bool busy = false;
+  std::vector<engine::GraphValue> training_inputs;
+  std::vector<engine::GraphValue> eval_inputs;
+  std::vector<std::string> output_names;       // training model: the loss, then additional outputs
+  std::vector<std::string> eval_output_names;
+  bool has_eval_model = false;
+  bool has_optimizer = false;
+  int64_t trainable_parameter_count = 0;
+  int64_t optimizer_step = 0;
+  float learning_rate = 0.0f;
+  engine::PropertyBag properties;
+  int num_threads = 0;
+  std::string scheduler;  // kind, "" without one
+  float last_loss = 0.0f;  // NaN before the first TrainStep
+  int64_t train_steps = 0;
+};
+
+struct TrainStepResult {
+  float loss = 0.0f;
+  engine::NamedTensors outputs;  // the requested ones, in request order
+  int64_t optimizer_step = 0;
+  float learning_rate = 0.0f;   // the learning rate this step used
+  bool skipped = false;
+  std::string skip_reason;
+};
+
+struct OptimizerStepInfo {
+  int64_t optimizer_step = 0;
+  float learning_rate = 0.0f;  // for the next step
+  bool skipped = false;
+  std::string skip_reason;
+};
+
+struct EvalResult {
+  float loss = 0.0f;
+  engine::NamedTensors outputs;
+};
+
+struct LearningRateInfo {
+  float learning_rate = 0.0f;
+  int64_t optimizer_step = 0;
+};
+
+// GetParameters: either one contiguous float32 buffer (names empty) or the named tensors.
+struct ParameterRequest {
+  bool trainable_only = false;
+  std::vector<std::string> names;
+  bool include_gradients = false;
+};
+
+struct ParameterLayout {
+  std::string name;
+  engine::Shape shape;
+  engine::DataType dtype = engine::DataType::kUndefined;
+  int64_t offset = 0;  // elements into the contiguous buffer (0 in by-name mode)
+  bool trainable = false;
+  bool has_gradient = false;
+};
+
+struct ParameterValues {
+  std::vector<ParameterLayout> layout;
+  engine::Tensor buffer;           // contiguous mode
+  engine::Tensor gradient_buffer;  // contiguous mode, with include_gradients
+  std::vector<engine::Tensor> parameters;  // by-name mode
+  std::vector<engine::Tensor> gradients;   // by-name mode, with include_gradients
+};
+
+struct SessionLimits {
+  int64_t max_sessions = 64;
+  int default_num_threads = 1;
+  int max_num_threads = 64;
+};
+
+class SessionManager {
+ public:
+  // `compute` must outlive the manager.
+  SessionManager(ComputePool* compute, SessionLimits limits);
+  ~SessionManager();
+  SessionManager(const SessionManager&) = delete;
+  SessionManager& operator=(const SessionManager&) = delete;
+
+  // RESOURCE_EXHAUSTED past max_sessions; INVALID_ARGUMENT for models and checkpoint that do not fit together.
+  absl::StatusOr<SessionInfo> Create(SessionModels models, const SessionSettings& settings,
+                                     const CancelledFn& cancelled);
+  // NOT_FOUND for unknown ids, here and in every call below.
+  absl::StatusOr<SessionInfo> Get(const std::string& session_id);
+  std::vector<SessionInfo> List();
+  // Waits for a call in progress on the session, then frees it.
+  absl::Status Close(const std::string& session_id);
+  int64_t size() const;
+
+  // Forward + backward (gradients accumulate), then unless `accumulate_only` the optimizer step and a lazy reset.
+  // `fetch` names outputs of the training model to return (the loss always comes as TrainStepResult::loss).
+  absl::StatusOr<TrainStepResult> TrainStep(const std::string& session_id, const engine::NamedTensors& inputs,
+                                            bool accumulate_only, const std::vector<std::string>& fetch,
+                                            const CancelledFn& cancelled);
+  absl::StatusOr<OptimizerStepInfo> OptimizerStep(const std::string& session_id, const CancelledFn& cancelled);
+  absl::Status LazyResetGrad(const std::string& session_id);
+  absl::StatusOr<EvalResult> Eval(const std::string& session_id, const engine::NamedTensors& inputs,
+                                  const std::vector<std::string>& fetch, const CancelledFn& cancelled);
+
+  absl::StatusOr<LearningRateInfo> SetLearningRate(const std::string& session_id, float learning_rate);
+  absl::StatusOr<LearningRateInfo> GetLearningRate(const std::string& session_id);
+  absl::StatusOr<LearningRateInfo> SetScheduler(const std::string& session_id, const SchedulerRequest& request);
+  // Manual schedulers: the learning rate becomes the schedule's value at the current optimizer step.
+  absl::StatusOr<LearningRateInfo> SchedulerStep(const std::string& session_id);
+
+  // The checkpoint file's bytes (checkpoint.h), with or without optimizer and scheduler state.
+  absl::StatusOr<std::string> SerializeCheckpoint(const std::string& session_id, bool include_optimizer_state);
+  // Replaces the session's state (engine::ReplaceCheckpointState); DATA_LOSS for damaged bytes.
+  absl::StatusOr<SessionInfo> LoadCheckpoint(const std::string& session_id, const std::string& checkpoint_bytes);
+  absl::StatusOr<engine::PropertyBag> UpdateProperties(const std::string& session_id, const engine::PropertyBag& set,
+                                                       const std::vector<std::string>& remove);
+
+  absl::StatusOr<ParameterValues> GetParameters(const std::string& session_id, const ParameterRequest& request);
+  // Either `buffer` (contiguous, float32, GetParametersSize(trainable_only) elements) or `named` tensors.
+  absl::Status SetParameters(const std::string& session_id, bool trainable_only, const engine::Tensor* buffer,
+                             const engine::NamedTensors& named);
+
+  // The inference model (serialized ONNX); `output_names` empty keeps the eval model's outputs but the loss.
+  absl::StatusOr<std::string> ExportForInference(const std::string& session_id,
+                                                 const std::vector<std::string>& output_names,
+                                                 const CancelledFn& cancelled);
+
+ private:
+  class Session;
+  class Call;
+  absl::StatusOr<std::shared_ptr<Session>> Find(const std::string& session_id) const;
+
+  ComputePool* compute_;
+  const SessionLimits limits_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  int64_t creating_ ABSL_GUARDED_BY(mu_) = 0;  // sessions being compiled, counted against max_sessions
+};
+
+}  // namespace traind
+
+#endif  // TRAIND_SERVER_SESSION_MANAGER_H_
