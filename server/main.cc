@@ -38,6 +38,11 @@ ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(10),
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20, "Largest gRPC message accepted or sent, in bytes.");
 ABSL_FLAG(int64_t, max_sessions, 64, "Most training sessions open at once.");
 ABSL_FLAG(int64_t, max_blob_bytes, int64_t{1} << 30, "Largest blob UploadBlob accepts, in bytes.");
+ABSL_FLAG(int, max_concurrent_steps, 1,
+          "Training steps (and other model runs) that run at once; the others queue. Each uses its session's threads.");
+ABSL_FLAG(int, max_queued_steps, 256, "Steps that may wait for a compute thread; past that, RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, default_num_threads, 0,
+          "Intra-op threads of a session that does not choose; 0: the available CPUs / max_concurrent_steps.");
 ABSL_FLAG(std::string, ready_file, "",
           "Write a JSON file with the bound addresses and the pid here once serving (atomically).");
 ABSL_FLAG(std::string, log_level, "info", "Least severe log level printed: debug, info, warn or error.");
@@ -58,6 +63,9 @@ traind::ServerOptions OptionsFromFlags() {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   options.max_blob_bytes = absl::GetFlag(FLAGS_max_blob_bytes);
+  options.max_concurrent_steps = absl::GetFlag(FLAGS_max_concurrent_steps);
+  options.max_queued_steps = absl::GetFlag(FLAGS_max_queued_steps);
+  options.default_num_threads = absl::GetFlag(FLAGS_default_num_threads);
   options.ready_file = absl::GetFlag(FLAGS_ready_file);
   return options;
 }

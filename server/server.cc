@@ -20,8 +20,13 @@
 #include "grpcpp/impl/server_builder_option.h"
 #include "grpcpp/impl/server_builder_plugin.h"
 #include "prometheus/exposer.h"
+#include "engine/core/thread_pool.h"
 #include "engine/io/file_util.h"
+#include "engine/training/checkpoint.h"
+#include "server/artifact_store.h"
 #include "server/blob_store.h"
+#include "server/compute_pool.h"
+#include "server/session_manager.h"
 #include "server/health_service.h"
 #include "server/logging.h"
 #include "server/metrics.h"
@@ -107,6 +112,9 @@ struct TraindServer::State {
   std::shared_ptr<ProcessCollector> process_collector;
   std::unique_ptr<prometheus::Exposer> exposer;
   std::unique_ptr<BlobStore> blobs;
+  std::unique_ptr<ArtifactStore> artifacts;
+  std::unique_ptr<ComputePool> compute;
+  std::unique_ptr<SessionManager> sessions;  // uses `compute`, so declared (and destroyed) after it
   std::unique_ptr<TrainingServiceImpl> service;
   HealthService health;
   std::unique_ptr<grpc::Server> server;
@@ -175,8 +183,30 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
   absl::StatusOr<std::unique_ptr<BlobStore>> blobs = BlobStore::Open(state->options.state_dir, options.max_blob_bytes);
   if (!blobs.ok()) return blobs.status();
   state->blobs = std::move(*blobs);
-  state->service = std::make_unique<TrainingServiceImpl>(
-      ServiceLimits{options.max_message_bytes, options.max_sessions}, state->blobs.get());
+  absl::StatusOr<std::unique_ptr<ArtifactStore>> artifacts =
+      ArtifactStore::Open(state->options.state_dir, engine::kDefaultMaxCheckpointBytes);
+  if (!artifacts.ok()) return artifacts.status();
+  state->artifacts = std::move(*artifacts);
+  if (options.max_concurrent_steps < 1 || options.max_queued_steps < 0 || options.default_num_threads < 0) {
+    return absl::InvalidArgumentError(
+        "--max_concurrent_steps must be >= 1, --max_queued_steps and --default_num_threads >= 0");
+  }
+  const int default_threads =
+      options.default_num_threads > 0
+          ? options.default_num_threads
+          : std::max(1, engine::ThreadPool::Default().num_threads() / options.max_concurrent_steps);
+  state->compute = std::make_unique<ComputePool>(options.max_concurrent_steps, options.max_queued_steps);
+  SessionLimits session_limits;
+  session_limits.max_sessions = options.max_sessions;
+  session_limits.default_num_threads = default_threads;
+  state->sessions = std::make_unique<SessionManager>(state->compute.get(), session_limits);
+  ServiceLimits service_limits;
+  service_limits.max_message_bytes = options.max_message_bytes;
+  service_limits.max_sessions = options.max_sessions;
+  service_limits.default_num_threads = default_threads;
+  service_limits.max_concurrent_steps = options.max_concurrent_steps;
+  state->service = std::make_unique<TrainingServiceImpl>(service_limits, state->blobs.get(), state->artifacts.get(),
+                                                         state->sessions.get());
 
   grpc::EnableDefaultHealthCheckService(false);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -29,6 +29,13 @@ struct ServerOptions {
   int64_t max_message_bytes = int64_t{64} << 20;
   int64_t max_sessions = 64;
   int64_t max_blob_bytes = int64_t{1} << 30;
+  // Steps (and other model runs) that run at once; more wait in a queue of `max_queued_steps`, past which calls
+  // are refused with RESOURCE_EXHAUSTED. One at a time with every core is the fastest way through a queue of small
+  // steps on few cores.
+  int max_concurrent_steps = 1;
+  int max_queued_steps = 256;
+  // Intra-op threads of a session that does not choose; 0: the CPUs available divided by max_concurrent_steps.
+  int default_num_threads = 0;
   // Written atomically, as JSON with the bound addresses and the pid, once the daemon serves.
   std::string ready_file;
 };

@@ -1,22 +1,65 @@
 #include "server/training_service.h"
 
 #include <algorithm>
+#include <set>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/io/file_util.h"
+#include "engine/model/model_loader.h"
+#include "engine/training/artifacts.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/grpcpp.h"
-#include "engine/model/model_loader.h"
+#include "server/state_names.h"
 #include "server/version.h"
+#include "server/wire_convert.h"
 
 namespace traind {
-
-namespace v1 = ::traind::v1;
-
 namespace {
 
+// The trailing-metadata key of ErrorDetail (see the proto's conventions).
+constexpr const char* kErrorDetailKey = "traind-error-detail-bin";
+// Free text a client gives (display names) is bounded like names.
+constexpr size_t kMaxDisplayNameLength = 256;
 
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+// engine kUnimplemented means "a valid model this build does not support" (an opset, an op, a dtype): for the
+// client that is a precondition of its request, not a method the server lacks (gRPC's UNIMPLEMENTED).
+grpc::StatusCode ToGrpcCode(absl::StatusCode code) {
+  if (code == absl::StatusCode::kUnimplemented) return grpc::StatusCode::FAILED_PRECONDITION;
+  return static_cast<grpc::StatusCode>(code);
+}
+
+// A failed call: the status, and where a machine-readable reason helps, an ErrorDetail in the trailing metadata.
+grpc::Status Fail(grpc::ServerContext* context, const absl::Status& status, v1::ErrorDetail detail = {}) {
+  if (detail.reason().empty()) {
+    switch (status.code()) {
+      case absl::StatusCode::kDataLoss:
+        detail.set_reason("DATA_DAMAGED");
+        break;
+      case absl::StatusCode::kResourceExhausted:
+        detail.set_reason("LIMIT_EXCEEDED");
+        break;
+      case absl::StatusCode::kUnimplemented:
+        detail.set_reason("UNSUPPORTED_MODEL");
+        break;
+      default:
+        break;
+    }
+  }
+  if (!detail.reason().empty()) context->AddTrailingMetadata(kErrorDetailKey, detail.SerializeAsString());
+  return grpc::Status(ToGrpcCode(status.code()), std::string(status.message()));
+}
+
+grpc::Status Fail(grpc::ServerContext* context, const absl::Status& status, const std::string& reason) {
+  v1::ErrorDetail detail;
+  detail.set_reason(reason);
+  return Fail(context, status, std::move(detail));
+}
+
+CancelledFn CancelledOf(grpc::ServerContext* context) {
+  return [context] { return context->IsCancelled(); };
 }
 
 const google::protobuf::ServiceDescriptor* ServiceDescriptor() {
@@ -24,12 +67,44 @@ const google::protobuf::ServiceDescriptor* ServiceDescriptor() {
       v1::TrainingService::service_full_name());
 }
 
-}  // namespace
-
-const std::vector<std::string>& TrainingServiceImpl::ImplementedRpcs() {
-  static const std::vector<std::string>* const kImplemented = new std::vector<std::string>{"GetServerInfo", "UploadBlob"};
-  return *kImplemented;
+// The caller-facing inputs of an artifact model (not parameters, gradient buffers or the reset flag).
+void UserInputsToWire(const onnx::ModelProto& model, const engine::CheckpointState& checkpoint,
+                      google::protobuf::RepeatedPtrField<v1::TensorInfo>* wire) {
+  std::set<std::string> internal = {engine::kLazyResetGradName};
+  for (const engine::Parameter& parameter : checkpoint.parameters) {
+    internal.insert(parameter.name);
+    internal.insert(engine::GradientAccumulationBufferName(parameter.name));
+  }
+  for (const auto& input : model.graph().input()) {
+    if (internal.count(input.name()) > 0) continue;
+    v1::TensorInfo* info = wire->Add();
+    info->set_name(input.name());
+    absl::StatusOr<engine::DataType> dtype = engine::DataTypeFromOnnx(input.type().tensor_type().elem_type());
+    absl::StatusOr<v1::DataType> wire_dtype =
+        dtype.ok() ? DataTypeToWire(*dtype) : absl::StatusOr<v1::DataType>(dtype.status());
+    info->set_dtype(wire_dtype.ok() ? *wire_dtype : v1::DATA_TYPE_UNSPECIFIED);
+    for (const auto& dim : input.type().tensor_type().shape().dim()) {
+      info->add_shape(dim.has_dim_value() ? dim.dim_value() : -1);
+      info->add_dim_names(dim.has_dim_param() ? dim.dim_param() : "");
+    }
+  }
 }
+
+// The loss, then the additional outputs: the training model's outputs before its gradient outputs.
+void UserOutputsToWire(const onnx::ModelProto& model, size_t count, google::protobuf::RepeatedPtrField<std::string>* wire) {
+  for (int o = 0; o < model.graph().output_size() && static_cast<size_t>(o) < count; ++o) {
+    wire->Add(std::string(model.graph().output(o).name()));
+  }
+}
+
+v1::LearningRate LearningRateToWire(const LearningRateInfo& info) {
+  v1::LearningRate wire;
+  wire.set_learning_rate(info.learning_rate);
+  wire.set_optimizer_step(info.optimizer_step);
+  return wire;
+}
+
+}  // namespace
 
 std::vector<std::string> TrainingServiceImpl::FullMethodNames() {
   const google::protobuf::ServiceDescriptor* service = ServiceDescriptor();
@@ -40,8 +115,30 @@ std::vector<std::string> TrainingServiceImpl::FullMethodNames() {
   return names;
 }
 
-grpc::Status TrainingServiceImpl::GetServerInfo(grpc::ServerContext* /*context*/,
-                                                const v1::GetServerInfoRequest* /*request*/,
+absl::StatusOr<onnx::ModelProto> TrainingServiceImpl::ResolveModel(const v1::ModelSource& source,
+                                                                   const std::string& what) const {
+  std::string blob;
+  absl::string_view bytes;
+  switch (source.source_case()) {
+    case v1::ModelSource::kOnnxBytes:
+      bytes = source.onnx_bytes();
+      break;
+    case v1::ModelSource::kBlobId: {
+      TRAIND_ASSIGN_OR_RETURN(blob, blobs_->Read(source.blob_id()));
+      bytes = blob;
+      break;
+    }
+    case v1::ModelSource::SOURCE_NOT_SET:
+      return absl::InvalidArgumentError(absl::StrCat(what, " is missing: give onnx_bytes or a blob_id"));
+  }
+  absl::StatusOr<onnx::ModelProto> model = engine::LoadModelFromBytes(bytes);
+  if (!model.ok()) return absl::Status(model.status().code(), absl::StrCat(what, ": ", model.status().message()));
+  return model;
+}
+
+// ---- Server information and blobs ----
+
+grpc::Status TrainingServiceImpl::GetServerInfo(Context* /*context*/, const v1::GetServerInfoRequest* /*request*/,
                                                 v1::ServerInfo* response) {
   response->set_version(kTraindVersion);
   response->set_grpc_version(grpc::Version());
@@ -50,18 +147,18 @@ grpc::Status TrainingServiceImpl::GetServerInfo(grpc::ServerContext* /*context*/
   response->set_max_opset(engine::kMaxOnnxOpset);
   response->set_max_message_bytes(limits_.max_message_bytes);
   response->set_max_sessions(limits_.max_sessions);
-  const std::vector<std::string>& implemented = ImplementedRpcs();
+  for (const char* loss : {"MSELoss", "CrossEntropyLoss", "BCEWithLogitsLoss", "L1Loss"}) response->add_losses(loss);
+  for (const char* optimizer : {"AdamW", "SGD"}) response->add_optimizers(optimizer);
   const google::protobuf::ServiceDescriptor* service = ServiceDescriptor();
   for (int i = 0; i < service->method_count(); ++i) {
-    const std::string& name = service->method(i)->name();
-    (*response->mutable_implemented_rpcs())[name] =
-        std::find(implemented.begin(), implemented.end(), name) != implemented.end();
+    (*response->mutable_implemented_rpcs())[service->method(i)->name()] = true;
   }
+  response->set_default_num_threads(limits_.default_num_threads);
+  response->set_max_concurrent_steps(limits_.max_concurrent_steps);
   return grpc::Status::OK;
 }
 
-grpc::Status TrainingServiceImpl::UploadBlob(grpc::ServerContext* context,
-                                             grpc::ServerReader<v1::UploadBlobRequest>* reader,
+grpc::Status TrainingServiceImpl::UploadBlob(Context* context, grpc::ServerReader<v1::UploadBlobRequest>* reader,
                                              v1::UploadBlobResponse* response) {
   v1::UploadBlobRequest message;
   if (!reader->Read(&message) || !message.has_header()) {
@@ -69,21 +166,441 @@ grpc::Status TrainingServiceImpl::UploadBlob(grpc::ServerContext* context,
   }
   absl::StatusOr<std::unique_ptr<BlobUpload>> upload =
       blobs_->BeginUpload(message.header().total_bytes(), message.header().sha256_hex());
-  if (!upload.ok()) return ToGrpcStatus(upload.status());
+  if (!upload.ok()) return Fail(context, upload.status());
   while (reader->Read(&message)) {
     if (!message.has_chunk() && message.has_header()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "only the first UploadBlob message may be a header");
     }
-    if (absl::Status appended = (*upload)->Append(message.chunk()); !appended.ok()) return ToGrpcStatus(appended);
+    if (absl::Status appended = (*upload)->Append(message.chunk()); !appended.ok()) return Fail(context, appended);
   }
   // Read() also ends when the call is cancelled (client gone, or the drain deadline passed): then the partial
   // upload is discarded with `upload`.
   if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
   absl::StatusOr<BlobInfo> info = (*upload)->Finish();
-  if (!info.ok()) return ToGrpcStatus(info.status());
+  if (!info.ok()) return Fail(context, info.status());
   response->set_blob_id(info->blob_id);
   response->set_total_bytes(info->size_bytes);
   response->set_sha256_hex(info->blob_id);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::GetBlobInfo(Context* context, const v1::GetBlobInfoRequest* request,
+                                              v1::UploadBlobResponse* response) {
+  absl::StatusOr<BlobInfo> info = blobs_->Stat(request->blob_id());
+  if (!info.ok()) return Fail(context, info.status(), "BLOB_NOT_FOUND");
+  response->set_blob_id(info->blob_id);
+  response->set_total_bytes(info->size_bytes);
+  response->set_sha256_hex(info->blob_id);
+  return grpc::Status::OK;
+}
+
+// ---- Artifacts ----
+
+grpc::Status TrainingServiceImpl::GenerateArtifacts(Context* context, const v1::GenerateArtifactsRequest* request,
+                                                    v1::GenerateArtifactsResponse* response) {
+  absl::StatusOr<onnx::ModelProto> forward = ResolveModel(request->model(), "the model");
+  if (!forward.ok()) return Fail(context, forward.status());
+  const ModelResolver resolve = [this](const v1::ModelSource& source, const std::string& what) {
+    return ResolveModel(source, what);
+  };
+  absl::StatusOr<engine::ArtifactOptions> options = ArtifactOptionsFromWire(*request, *forward, resolve);
+  if (!options.ok()) return Fail(context, options.status());
+  absl::StatusOr<engine::Artifacts> artifacts = engine::GenerateArtifacts(*forward, *options);
+  if (!artifacts.ok()) {
+    // An op without a gradient rule on a trainable path: the whole coverage report travels with the error.
+    absl::StatusOr<engine::GradientCoverageReport> coverage = engine::AnalyzeGradientCoverage(*forward, *options);
+    if (artifacts.status().code() == absl::StatusCode::kUnimplemented && coverage.ok() && !coverage->complete()) {
+      v1::ErrorDetail detail;
+      detail.set_reason("NO_GRADIENT_RULE");
+      CoverageToWire(*coverage, detail.mutable_coverage());
+      for (const engine::OpCoverage& op : coverage->ops) {
+        if (!op.blocked_parameters.empty() && detail.op_type().empty()) {
+          detail.set_op_type(op.op_type);
+          detail.set_parameter(op.blocked_parameters.front());
+        }
+      }
+      return Fail(context, absl::FailedPreconditionError(artifacts.status().message()), std::move(detail));
+    }
+    return Fail(context, artifacts.status());
+  }
+  absl::StatusOr<StoredArtifacts> stored = artifacts_->Save(*artifacts, request->prefix(),
+                                                            request->nominal_checkpoint(),
+                                                            request->return_artifact_bytes());
+  if (!stored.ok()) return Fail(context, stored.status());
+  response->set_artifact_id(stored->artifact_id);
+  for (ArtifactFileInfo& file : stored->files) {
+    v1::ArtifactFile* wire = response->add_files();
+    wire->set_kind(file.kind);
+    wire->set_file_name(file.file_name);
+    wire->set_size_bytes(file.size_bytes);
+    wire->set_sha256_hex(file.sha256_hex);
+    wire->set_content(std::move(file.content));
+  }
+  CoverageToWire(artifacts->coverage, response->mutable_coverage());
+  UserInputsToWire(artifacts->training_model, artifacts->checkpoint, response->mutable_training_inputs());
+  UserInputsToWire(artifacts->eval_model, artifacts->checkpoint, response->mutable_eval_inputs());
+  for (const engine::Parameter& parameter : artifacts->checkpoint.parameters) {
+    (parameter.requires_grad ? response->add_trainable_parameters() : response->add_frozen_parameters())
+        ->assign(parameter.name);
+  }
+  const size_t user_outputs = 1 + request->additional_output_names_size();
+  UserOutputsToWire(artifacts->training_model, user_outputs, response->mutable_training_output_names());
+  UserOutputsToWire(artifacts->eval_model, user_outputs, response->mutable_eval_output_names());
+  if (static_cast<int64_t>(response->ByteSizeLong()) > limits_.max_message_bytes) {
+    return Fail(context, absl::ResourceExhaustedError(absl::StrCat(
+                             "the artifacts (stored as ", stored->artifact_id, ") are larger than the message limit of ",
+                             limits_.max_message_bytes, " bytes: ask without return_artifact_bytes")));
+  }
+  return grpc::Status::OK;
+}
+
+// ---- Sessions ----
+
+absl::StatusOr<SessionModels> TrainingServiceImpl::ModelsOf(const v1::CreateSessionRequest& request) const {
+  SessionModels models;
+  switch (request.artifacts_case()) {
+    case v1::CreateSessionRequest::kArtifactId: {
+      TRAIND_ASSIGN_OR_RETURN(models, artifacts_->Load(request.artifact_id()));
+      break;
+    }
+    case v1::CreateSessionRequest::kUploaded: {
+      const v1::UploadedArtifacts& uploaded = request.uploaded();
+      auto model_of = [this](const std::string& blob_id, const char* what) -> absl::StatusOr<onnx::ModelProto> {
+        v1::ModelSource source;
+        source.set_blob_id(blob_id);
+        return ResolveModel(source, what);
+      };
+      if (uploaded.training_model_blob_id().empty() || uploaded.checkpoint_blob_id().empty()) {
+        return absl::InvalidArgumentError("uploaded artifacts need a training model and a checkpoint");
+      }
+      TRAIND_ASSIGN_OR_RETURN(models.training_model, model_of(uploaded.training_model_blob_id(), "the training model"));
+      if (!uploaded.eval_model_blob_id().empty()) {
+        TRAIND_ASSIGN_OR_RETURN(models.eval_model, model_of(uploaded.eval_model_blob_id(), "the eval model"));
+      }
+      if (!uploaded.optimizer_model_blob_id().empty()) {
+        TRAIND_ASSIGN_OR_RETURN(models.optimizer_model,
+                                model_of(uploaded.optimizer_model_blob_id(), "the optimizer model"));
+      }
+      TRAIND_ASSIGN_OR_RETURN(const std::string bytes, blobs_->Read(uploaded.checkpoint_blob_id()));
+      TRAIND_ASSIGN_OR_RETURN(models.checkpoint, engine::ParseCheckpoint(bytes, "the uploaded checkpoint"));
+      break;
+    }
+    case v1::CreateSessionRequest::ARTIFACTS_NOT_SET:
+      return absl::InvalidArgumentError("give an artifact_id or uploaded artifacts");
+  }
+  std::string start;
+  switch (request.start_case()) {
+    case v1::CreateSessionRequest::kCheckpointName: {
+      TRAIND_ASSIGN_OR_RETURN(start, artifacts_->ReadCheckpoint(request.checkpoint_name()));
+      break;
+    }
+    case v1::CreateSessionRequest::kCheckpointBlobId: {
+      TRAIND_ASSIGN_OR_RETURN(start, blobs_->Read(request.checkpoint_blob_id()));
+      break;
+    }
+    case v1::CreateSessionRequest::START_NOT_SET:
+      return models;
+  }
+  TRAIND_ASSIGN_OR_RETURN(models.checkpoint, engine::ParseCheckpoint(start, "the starting checkpoint"));
+  return models;
+}
+
+grpc::Status TrainingServiceImpl::CreateSession(Context* context, const v1::CreateSessionRequest* request,
+                                                v1::Session* response) {
+  if (request->executor() == v1::GPU) {
+    return Fail(context, absl::FailedPreconditionError("this daemon has no GPU executor (GetServerInfo lists them)"),
+                "NO_GPU");
+  }
+  if (request->executor() != v1::CPU && request->executor() != v1::EXECUTOR_UNSPECIFIED) {
+    return Fail(context, absl::InvalidArgumentError(absl::StrCat("unknown executor ", request->executor())));
+  }
+  if (request->display_name().size() > kMaxDisplayNameLength) {
+    return Fail(context, absl::InvalidArgumentError(
+                             absl::StrCat("display_name is longer than ", kMaxDisplayNameLength, " bytes")));
+  }
+  absl::StatusOr<std::optional<engine::LearningRateScheduler>> scheduler = SchedulerFromWire(request->scheduler());
+  if (!scheduler.ok()) return Fail(context, scheduler.status());
+  absl::StatusOr<SessionModels> models = ModelsOf(*request);
+  if (!models.ok()) return Fail(context, models.status());
+  if (scheduler->has_value() && !models->optimizer_model) {
+    return Fail(context, absl::InvalidArgumentError("a scheduler needs an optimizer model"));
+  }
+  SessionSettings settings;
+  settings.display_name = request->display_name();
+  settings.artifact_id = request->artifact_id();
+  settings.num_threads = request->num_threads();
+  settings.seed = request->seed();
+  absl::StatusOr<SessionInfo> info = sessions_->Create(*std::move(models), settings, CancelledOf(context));
+  if (!info.ok()) return Fail(context, info.status());
+  if (scheduler->has_value()) {
+    SchedulerRequest scheduling;
+    scheduling.scheduler = **scheduler;
+    absl::StatusOr<LearningRateInfo> set = sessions_->SetScheduler(info->session_id, scheduling);
+    absl::StatusOr<SessionInfo> updated = set.ok() ? sessions_->Get(info->session_id) : set.status();
+    if (!updated.ok()) {
+      sessions_->Close(info->session_id).IgnoreError();  // nothing half-made stays behind
+      return Fail(context, updated.status());
+    }
+    info = std::move(updated);
+  }
+  SessionInfoToWire(*info, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::GetSession(Context* context, const v1::GetSessionRequest* request,
+                                             v1::Session* response) {
+  absl::StatusOr<SessionInfo> info = sessions_->Get(request->session_id());
+  if (!info.ok()) return Fail(context, info.status(), "SESSION_NOT_FOUND");
+  SessionInfoToWire(*info, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::ListSessions(Context* /*context*/, const v1::ListSessionsRequest* /*request*/,
+                                               v1::ListSessionsResponse* response) {
+  for (const SessionInfo& info : sessions_->List()) SessionInfoToWire(info, response->add_sessions());
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::CloseSession(Context* context, const v1::CloseSessionRequest* request,
+                                               v1::CloseSessionResponse* /*response*/) {
+  absl::Status closed = sessions_->Close(request->session_id());
+  if (!closed.ok()) return Fail(context, closed, "SESSION_NOT_FOUND");
+  return grpc::Status::OK;
+}
+
+// ---- Training and evaluation ----
+
+grpc::Status TrainingServiceImpl::TrainStep(Context* context, const v1::TrainStepRequest* request,
+                                            v1::TrainStepResponse* response) {
+  absl::StatusOr<engine::NamedTensors> inputs =
+      NamedTensorsFromWire(request->inputs(), limits_.max_message_bytes, "inputs", "input");
+  if (!inputs.ok()) return Fail(context, inputs.status());
+  const std::vector<std::string> fetch(request->fetch_outputs().begin(), request->fetch_outputs().end());
+  absl::StatusOr<TrainStepResult> result = sessions_->TrainStep(request->session_id(), *inputs,
+                                                                request->accumulate_only(), fetch, CancelledOf(context));
+  if (!result.ok()) return Fail(context, result.status());
+  response->set_loss(result->loss);
+  for (const auto& [name, tensor] : result->outputs) {
+    if (absl::Status encoded = TensorToWire(name, tensor, response->add_outputs()); !encoded.ok()) {
+      return Fail(context, encoded);
+    }
+  }
+  response->set_optimizer_step(result->optimizer_step);
+  response->set_learning_rate(result->learning_rate);
+  response->set_skipped(result->skipped);
+  response->set_skip_reason(result->skip_reason);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::OptimizerStep(Context* context, const v1::OptimizerStepRequest* request,
+                                                v1::OptimizerStepResponse* response) {
+  absl::StatusOr<OptimizerStepInfo> step = sessions_->OptimizerStep(request->session_id(), CancelledOf(context));
+  if (!step.ok()) return Fail(context, step.status());
+  response->set_optimizer_step(step->optimizer_step);
+  response->set_learning_rate(step->learning_rate);
+  response->set_skipped(step->skipped);
+  response->set_skip_reason(step->skip_reason);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::LazyResetGrad(Context* context, const v1::LazyResetGradRequest* request,
+                                                v1::LazyResetGradResponse* /*response*/) {
+  absl::Status reset = sessions_->LazyResetGrad(request->session_id());
+  if (!reset.ok()) return Fail(context, reset);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::Eval(Context* context, const v1::EvalRequest* request, v1::EvalResponse* response) {
+  absl::StatusOr<engine::NamedTensors> inputs =
+      NamedTensorsFromWire(request->inputs(), limits_.max_message_bytes, "inputs", "input");
+  if (!inputs.ok()) return Fail(context, inputs.status());
+  const std::vector<std::string> fetch(request->fetch_outputs().begin(), request->fetch_outputs().end());
+  absl::StatusOr<EvalResult> result = sessions_->Eval(request->session_id(), *inputs, fetch, CancelledOf(context));
+  if (!result.ok()) return Fail(context, result.status());
+  response->set_loss(result->loss);
+  for (const auto& [name, tensor] : result->outputs) {
+    if (absl::Status encoded = TensorToWire(name, tensor, response->add_outputs()); !encoded.ok()) {
+      return Fail(context, encoded);
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::SetLearningRate(Context* context, const v1::SetLearningRateRequest* request,
+                                                  v1::LearningRate* response) {
+  absl::StatusOr<LearningRateInfo> rate = sessions_->SetLearningRate(request->session_id(), request->learning_rate());
+  if (!rate.ok()) return Fail(context, rate.status());
+  *response = LearningRateToWire(*rate);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::GetLearningRate(Context* context, const v1::GetLearningRateRequest* request,
+                                                  v1::LearningRate* response) {
+  absl::StatusOr<LearningRateInfo> rate = sessions_->GetLearningRate(request->session_id());
+  if (!rate.ok()) return Fail(context, rate.status());
+  *response = LearningRateToWire(*rate);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::SetScheduler(Context* context, const v1::SetSchedulerRequest* request,
+                                               v1::SetSchedulerResponse* response) {
+  absl::StatusOr<std::optional<engine::LearningRateScheduler>> scheduler = SchedulerFromWire(request->scheduler());
+  if (!scheduler.ok()) return Fail(context, scheduler.status());
+  SchedulerRequest scheduling;
+  scheduling.scheduler = *std::move(scheduler);
+  if (request->has_initial_learning_rate()) scheduling.initial_learning_rate = request->initial_learning_rate();
+  scheduling.manual_step = request->manual_step();
+  absl::StatusOr<LearningRateInfo> rate = sessions_->SetScheduler(request->session_id(), scheduling);
+  if (!rate.ok()) return Fail(context, rate.status());
+  *response->mutable_learning_rate() = LearningRateToWire(*rate);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::SchedulerStep(Context* context, const v1::SchedulerStepRequest* request,
+                                                v1::LearningRate* response) {
+  absl::StatusOr<LearningRateInfo> rate = sessions_->SchedulerStep(request->session_id());
+  if (!rate.ok()) return Fail(context, rate.status());
+  *response = LearningRateToWire(*rate);
+  return grpc::Status::OK;
+}
+
+// ---- Checkpoints and properties ----
+
+grpc::Status TrainingServiceImpl::SaveCheckpoint(Context* context, const v1::SaveCheckpointRequest* request,
+                                                 v1::SaveCheckpointResponse* response) {
+  if (request->name().empty() && !request->return_bytes()) {
+    return Fail(context, absl::InvalidArgumentError("give the checkpoint a name, or ask for its bytes"));
+  }
+  if (!request->name().empty()) {
+    if (absl::Status valid = CheckStateName(request->name(), "checkpoint name"); !valid.ok()) {
+      return Fail(context, valid);
+    }
+  }
+  absl::StatusOr<std::string> bytes =
+      sessions_->SerializeCheckpoint(request->session_id(), request->include_optimizer_state());
+  if (!bytes.ok()) return Fail(context, bytes.status());
+  if (!request->name().empty()) {
+    if (absl::Status saved = artifacts_->SaveCheckpoint(request->name(), *bytes); !saved.ok()) {
+      return Fail(context, saved);
+    }
+  }
+  response->set_name(request->name());
+  response->set_size_bytes(static_cast<int64_t>(bytes->size()));
+  response->set_sha256_hex(engine::Sha256Hex(*bytes));
+  if (request->return_bytes()) response->set_content(*std::move(bytes));
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::LoadCheckpoint(Context* context, const v1::LoadCheckpointRequest* request,
+                                                 v1::LoadCheckpointResponse* response) {
+  absl::StatusOr<std::string> bytes;
+  switch (request->source_case()) {
+    case v1::LoadCheckpointRequest::kName:
+      bytes = artifacts_->ReadCheckpoint(request->name());
+      break;
+    case v1::LoadCheckpointRequest::kContent:
+      bytes = request->content();
+      break;
+    case v1::LoadCheckpointRequest::kBlobId:
+      bytes = blobs_->Read(request->blob_id());
+      break;
+    case v1::LoadCheckpointRequest::SOURCE_NOT_SET:
+      bytes = absl::InvalidArgumentError("give the checkpoint's name, content or blob_id");
+      break;
+  }
+  if (!bytes.ok()) return Fail(context, bytes.status());
+  absl::StatusOr<SessionInfo> info = sessions_->LoadCheckpoint(request->session_id(), *bytes);
+  if (!info.ok()) {
+    return Fail(context, info.status(),
+                info.status().code() == absl::StatusCode::kDataLoss ? "CHECKPOINT_DIGEST_MISMATCH" : "");
+  }
+  SessionInfoToWire(*info, response->mutable_session());
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::UpdateProperties(Context* context, const v1::UpdatePropertiesRequest* request,
+                                                   v1::UpdatePropertiesResponse* response) {
+  engine::PropertyBag set;
+  for (const auto& [name, property] : request->set()) {
+    absl::StatusOr<engine::PropertyValue> value = PropertyFromWire(name, property);
+    if (!value.ok()) return Fail(context, value.status());
+    set[name] = *std::move(value);
+  }
+  const std::vector<std::string> remove(request->remove().begin(), request->remove().end());
+  absl::StatusOr<engine::PropertyBag> properties = sessions_->UpdateProperties(request->session_id(), set, remove);
+  if (!properties.ok()) return Fail(context, properties.status());
+  for (const auto& [name, value] : *properties) PropertyToWire(value, &(*response->mutable_properties())[name]);
+  return grpc::Status::OK;
+}
+
+// ---- Parameters and export ----
+
+grpc::Status TrainingServiceImpl::GetParameters(Context* context, const v1::GetParametersRequest* request,
+                                                v1::GetParametersResponse* response) {
+  ParameterRequest wanted;
+  wanted.trainable_only = request->trainable_only();
+  wanted.names.assign(request->names().begin(), request->names().end());
+  wanted.include_gradients = request->include_gradients();
+  absl::StatusOr<ParameterValues> values = sessions_->GetParameters(request->session_id(), wanted);
+  if (!values.ok()) return Fail(context, values.status());
+  for (const ParameterLayout& layout : values->layout) {
+    v1::ParameterSlice* slice = response->add_layout();
+    slice->set_name(layout.name);
+    slice->mutable_shape()->Assign(layout.shape.begin(), layout.shape.end());
+    slice->set_offset(layout.offset);
+    slice->set_trainable(layout.trainable);
+    slice->set_has_gradient(layout.has_gradient);
+    absl::StatusOr<v1::DataType> dtype = DataTypeToWire(layout.dtype);
+    slice->set_dtype(dtype.ok() ? *dtype : v1::DATA_TYPE_UNSPECIFIED);
+  }
+  absl::Status encoded = absl::OkStatus();
+  if (values->buffer.defined()) encoded = TensorToWire("", values->buffer, response->mutable_buffer());
+  if (encoded.ok() && values->gradient_buffer.defined()) {
+    encoded = TensorToWire("", values->gradient_buffer, response->mutable_gradient_buffer());
+  }
+  for (size_t i = 0; encoded.ok() && i < values->parameters.size(); ++i) {
+    encoded = TensorToWire(values->layout[i].name, values->parameters[i], response->add_parameters());
+  }
+  for (size_t i = 0; encoded.ok() && i < values->gradients.size(); ++i) {
+    v1::Tensor* gradient = response->add_gradients();
+    // A frozen parameter has no gradient: an empty tensor carrying only the name.
+    if (values->gradients[i].defined()) {
+      encoded = TensorToWire(values->layout[i].name, values->gradients[i], gradient);
+    } else {
+      gradient->set_name(values->layout[i].name);
+    }
+  }
+  if (!encoded.ok()) return Fail(context, encoded);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::SetParameters(Context* context, const v1::SetParametersRequest* request,
+                                                v1::SetParametersResponse* /*response*/) {
+  if (request->has_buffer() == (request->parameters_size() > 0)) {
+    return Fail(context, absl::InvalidArgumentError("give either buffer or parameters"));
+  }
+  absl::Status set;
+  if (request->has_buffer()) {
+    absl::StatusOr<engine::Tensor> buffer = TensorFromWire(request->buffer(), limits_.max_message_bytes, "buffer");
+    if (!buffer.ok()) return Fail(context, buffer.status());
+    set = sessions_->SetParameters(request->session_id(), request->trainable_only(), &*buffer, {});
+  } else {
+    absl::StatusOr<engine::NamedTensors> named =
+        NamedTensorsFromWire(request->parameters(), limits_.max_message_bytes, "parameters", "parameter");
+    if (!named.ok()) return Fail(context, named.status());
+    set = sessions_->SetParameters(request->session_id(), request->trainable_only(), nullptr, *named);
+  }
+  if (!set.ok()) return Fail(context, set);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::ExportForInference(Context* context, const v1::ExportForInferenceRequest* request,
+                                                     v1::ExportForInferenceResponse* response) {
+  const std::vector<std::string> outputs(request->output_names().begin(), request->output_names().end());
+  absl::StatusOr<std::string> model = sessions_->ExportForInference(request->session_id(), outputs, CancelledOf(context));
+  if (!model.ok()) return Fail(context, model.status());
+  response->set_sha256_hex(engine::Sha256Hex(*model));
+  response->set_onnx_model(*std::move(model));
   return grpc::Status::OK;
 }
 

@@ -1,5 +1,6 @@
-// The traind.v1.TrainingService handlers. Each handler is thin: validate the request, call the engine,
-// map the status, return; metrics are recorded by MetricsInterceptor for every RPC.
+// The traind.v1.TrainingService handlers. Each handler is thin: decode and validate the request (wire_convert.h),
+// call the core (SessionManager, ArtifactStore, BlobStore, the engine's GenerateArtifacts), map the status, encode
+// the response. MetricsInterceptor records every RPC's count and latency.
 #ifndef TRAIND_SERVER_TRAINING_SERVICE_H_
 #define TRAIND_SERVER_TRAINING_SERVICE_H_
 
@@ -7,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "server/artifact_store.h"
 #include "server/blob_store.h"
+#include "server/session_manager.h"
 #include "traind/v1/training_service.grpc.pb.h"
 
 namespace traind {
@@ -15,29 +18,58 @@ namespace traind {
 struct ServiceLimits {
   int64_t max_message_bytes = 0;
   int64_t max_sessions = 0;
+  int default_num_threads = 1;
+  int max_concurrent_steps = 1;
 };
 
 class TrainingServiceImpl final : public traind::v1::TrainingService::Service {
  public:
-  // `blobs` must outlive the service.
-  TrainingServiceImpl(ServiceLimits limits, BlobStore* blobs) : limits_(limits), blobs_(blobs) {}
+  // Everything passed in must outlive the service.
+  TrainingServiceImpl(ServiceLimits limits, BlobStore* blobs, ArtifactStore* artifacts, SessionManager* sessions)
+      : limits_(limits), blobs_(blobs), artifacts_(artifacts), sessions_(sessions) {}
 
-  grpc::Status GetServerInfo(grpc::ServerContext* context, const traind::v1::GetServerInfoRequest* request,
-                             traind::v1::ServerInfo* response) override;
+  using Context = grpc::ServerContext;
+  grpc::Status GetServerInfo(Context*, const v1::GetServerInfoRequest*, v1::ServerInfo*) override;
+  grpc::Status UploadBlob(Context*, grpc::ServerReader<v1::UploadBlobRequest>*, v1::UploadBlobResponse*) override;
+  grpc::Status GetBlobInfo(Context*, const v1::GetBlobInfoRequest*, v1::UploadBlobResponse*) override;
+  grpc::Status GenerateArtifacts(Context*, const v1::GenerateArtifactsRequest*,
+                                 v1::GenerateArtifactsResponse*) override;
 
-  grpc::Status UploadBlob(grpc::ServerContext* context, grpc::ServerReader<traind::v1::UploadBlobRequest>* reader,
-                          traind::v1::UploadBlobResponse* response) override;
+  grpc::Status CreateSession(Context*, const v1::CreateSessionRequest*, v1::Session*) override;
+  grpc::Status GetSession(Context*, const v1::GetSessionRequest*, v1::Session*) override;
+  grpc::Status ListSessions(Context*, const v1::ListSessionsRequest*, v1::ListSessionsResponse*) override;
+  grpc::Status CloseSession(Context*, const v1::CloseSessionRequest*, v1::CloseSessionResponse*) override;
 
-  // The RPCs this build implements; every other RPC of the service answers UNIMPLEMENTED (the generated
-  // base class's behaviour) until the engine issues land.
-  static const std::vector<std::string>& ImplementedRpcs();
+  grpc::Status TrainStep(Context*, const v1::TrainStepRequest*, v1::TrainStepResponse*) override;
+  grpc::Status OptimizerStep(Context*, const v1::OptimizerStepRequest*, v1::OptimizerStepResponse*) override;
+  grpc::Status LazyResetGrad(Context*, const v1::LazyResetGradRequest*, v1::LazyResetGradResponse*) override;
+  grpc::Status Eval(Context*, const v1::EvalRequest*, v1::EvalResponse*) override;
+  grpc::Status SetLearningRate(Context*, const v1::SetLearningRateRequest*, v1::LearningRate*) override;
+  grpc::Status GetLearningRate(Context*, const v1::GetLearningRateRequest*, v1::LearningRate*) override;
+  grpc::Status SetScheduler(Context*, const v1::SetSchedulerRequest*, v1::SetSchedulerResponse*) override;
+  grpc::Status SchedulerStep(Context*, const v1::SchedulerStepRequest*, v1::LearningRate*) override;
+
+  grpc::Status SaveCheckpoint(Context*, const v1::SaveCheckpointRequest*, v1::SaveCheckpointResponse*) override;
+  grpc::Status LoadCheckpoint(Context*, const v1::LoadCheckpointRequest*, v1::LoadCheckpointResponse*) override;
+  grpc::Status UpdateProperties(Context*, const v1::UpdatePropertiesRequest*, v1::UpdatePropertiesResponse*) override;
+
+  grpc::Status GetParameters(Context*, const v1::GetParametersRequest*, v1::GetParametersResponse*) override;
+  grpc::Status SetParameters(Context*, const v1::SetParametersRequest*, v1::SetParametersResponse*) override;
+  grpc::Status ExportForInference(Context*, const v1::ExportForInferenceRequest*,
+                                  v1::ExportForInferenceResponse*) override;
 
   // Full method names ("/traind.v1.TrainingService/TrainStep") of every RPC in the service.
   static std::vector<std::string> FullMethodNames();
 
  private:
+  // A model from inline bytes or an uploaded blob, validated by the engine's loader.
+  absl::StatusOr<onnx::ModelProto> ResolveModel(const v1::ModelSource& source, const std::string& what) const;
+  absl::StatusOr<SessionModels> ModelsOf(const v1::CreateSessionRequest& request) const;
+
   ServiceLimits limits_;
   BlobStore* blobs_;
+  ArtifactStore* artifacts_;
+  SessionManager* sessions_;
 };
 
 }  // namespace traind

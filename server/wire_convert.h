@@ -30,9 +30,10 @@ absl::StatusOr<v1::DataType> DataTypeToWire(engine::DataType dtype);
 // `max_bytes` bounds the decoded tensor; `what` names it in errors ("input 'x'").
 absl::StatusOr<engine::Tensor> TensorFromWire(const v1::Tensor& tensor, int64_t max_bytes, const std::string& what);
 absl::Status TensorToWire(const std::string& name, const engine::Tensor& tensor, v1::Tensor* wire);
-// Named tensors (graph inputs): every name non-empty. `field` names the request field in errors.
+// Named tensors: every name non-empty. `field` names the request field, `item` one entry ("input", "parameter").
 absl::StatusOr<engine::NamedTensors> NamedTensorsFromWire(const google::protobuf::RepeatedPtrField<v1::Tensor>& tensors,
-                                                          int64_t max_bytes, const std::string& field);
+                                                          int64_t max_bytes, const std::string& field,
+                                                          const std::string& item);
 
 void TensorInfoToWire(const engine::GraphValue& value, v1::TensorInfo* wire);
 
