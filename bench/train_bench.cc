@@ -1,15 +1,17 @@
-// train_bench: full training steps (forward, loss, backward, optimizer) of an ONNX model on .npy data, in process.
+// train_bench: full training steps (forward, loss, backward, optimizer) of an ONNX model on .npy data, in process,
+// through the training API the daemon serves: GenerateArtifacts, then Module + Optimizer (engine/training/module.h).
 //
 //   bazel run -c opt //bench:train_bench -- --model=M.onnx --input=input=x.npy --target=target=y.npy
-//       [--loss=cross_entropy | mse | "0.4*mse:out1:t1,0.6*mse:out2:t2"] [--optimizer=adamw|sgd] [--lr=1e-3 ...]
-//       [--threads=2] [--warmup=10] [--steps=20] [--min_time=3] [--profile] [--dump=DIR] [--json]
+//       [--loss=cross_entropy | mse | l1 | bce_with_logits | "0.4*mse:out1:t1,0.6*l1:out2:t2"]
+//       [--optimizer=adamw|sgd] [--lr=1e-3 ...] [--threads=2] [--warmup=10] [--steps=20] [--min_time=3]
+//       [--profile] [--dump=DIR] [--json]
 //
-// Each step is TrainingStep(): one run of the training graph (BuildTrainingGraph: forward + loss + gradients, the
-// trainable parameters fed as graph inputs), then AdamWStep / SgdStep in place on the parameters. Every step trains
+// Each step is TrainingStep(): Module::TrainStep (forward + loss + backward into the gradient accumulators), then
+// Optimizer::Step and Module::LazyResetGrad — exactly one step of a daemon session's TrainStep RPC. Every step trains
 // on the same batch (as /work/shared/bench/torch_train_bench.py does). Reported: the median ms/step of the timed
-// steps, p10/p90, peak RSS of the process and the peak bytes the executor's buffer pool had handed out at once.
-// --dump DIR writes losses.npy (the loss before each step, warm-up included, in order), grads/<param>.npy (the
-// first step's gradients) and params/<param>.npy (the parameters after the last step).
+// steps, p10/p90, peak RSS of the process and the peak bytes the training model's buffer pool had handed out at
+// once. --dump DIR writes losses.npy (the loss before each step, warm-up included, in order), grads/<param>.npy
+// (the first step's gradients) and params/<param>.npy (the trainable parameters after the last step).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -28,17 +31,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_stats.h"
-#include "engine/autodiff/gradient_builder.h"
 #include "engine/core/status_macros.h"
-#include "engine/core/thread_pool.h"
 #include "engine/io/npy.h"
 #include "engine/model/model_loader.h"
-#include "engine/model/tensor_proto.h"
 #include "engine/runtime/cpu_executor.h"
 #include "engine/runtime/plan.h"
-#include "engine/runtime/session.h"
-#include "engine/training/optimizer.h"
-#include "engine/training/training_graph.h"
+#include "engine/training/artifacts.h"
+#include "engine/training/module.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -46,7 +45,7 @@ ABSL_FLAG(std::string, model, "", "Forward ONNX model file.");
 ABSL_FLAG(std::vector<std::string>, input, {}, "NAME=FILE.npy, one per forward graph input (repeatable).");
 ABSL_FLAG(std::vector<std::string>, target, {}, "NAME=FILE.npy, one per loss target (repeatable).");
 ABSL_FLAG(std::string, loss, "cross_entropy",
-          "mse | cross_entropy (first model output vs the only target), or weighted terms "
+          "mse | cross_entropy | l1 | bce_with_logits (first model output vs the only target), or weighted terms "
           "WEIGHT*KIND:OUTPUT:TARGET separated by commas.");
 ABSL_FLAG(std::vector<std::string>, requires_grad, {}, "Initializers to train (default: all floating-point ones).");
 ABSL_FLAG(std::vector<std::string>, frozen_params, {}, "Initializers not to train.");
@@ -57,8 +56,10 @@ ABSL_FLAG(double, beta2, 0.999, "AdamW beta2.");
 ABSL_FLAG(double, eps, 1e-8, "AdamW epsilon.");
 ABSL_FLAG(double, weight_decay, -1, "Weight decay (default: 1e-2 for adamw, 0 for sgd).");
 ABSL_FLAG(double, momentum, 0, "SGD momentum.");
+ABSL_FLAG(double, dampening, 0, "SGD dampening.");
 ABSL_FLAG(bool, nesterov, false, "SGD Nesterov momentum.");
-ABSL_FLAG(int, threads, 2, "Intra-op threads (engine pool, oneDNN/OpenMP, OpenBLAS).");
+ABSL_FLAG(double, max_grad_norm, 0, "Clip the global gradient norm to this (0: off).");
+ABSL_FLAG(int, threads, 2, "Intra-op threads (the Module's pool, oneDNN/OpenMP, OpenBLAS).");
 ABSL_FLAG(int, warmup, 10, "Untimed steps first.");
 ABSL_FLAG(int, steps, 20, "Timed steps, at least.");
 ABSL_FLAG(double, min_time, 3.0, "Seconds of timed steps, at least.");
@@ -69,7 +70,7 @@ ABSL_FLAG(bool, json, false, "Print one JSON line instead of text.");
 namespace traind::engine {
 namespace {
 
-// "mse", "cross_entropy", or "w*kind:output:target,..." into loss terms. `default_output` / `default_target` fill
+// "mse", "cross_entropy", "l1", "bce_with_logits", or "w*kind:output:target,..." into loss terms. `default_output` / `default_target` fill
 // a term that names neither.
 absl::StatusOr<std::vector<LossTerm>> ParseLoss(const std::string& spec, const std::string& default_output,
                                                 const std::string& default_target) {
@@ -84,13 +85,16 @@ absl::StatusOr<std::vector<LossTerm>> ParseLoss(const std::string& spec, const s
       return absl::InvalidArgumentError(absl::StrCat("bad loss weight in '", text, "'"));
     }
     std::vector<std::string> parts = absl::StrSplit(rest, ':');
-    if (parts[0] == "mse") {
-      term.kind = LossKind::kMeanSquaredError;
-    } else if (parts[0] == "cross_entropy") {
-      term.kind = LossKind::kCrossEntropy;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown loss '", parts[0], "' (mse | cross_entropy)"));
+    static const std::map<std::string, LossKind> kKinds = {{"mse", LossKind::kMeanSquaredError},
+                                                          {"cross_entropy", LossKind::kCrossEntropy},
+                                                          {"l1", LossKind::kL1},
+                                                          {"bce_with_logits", LossKind::kBinaryCrossEntropyWithLogits}};
+    auto kind = kKinds.find(parts[0]);
+    if (kind == kKinds.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown loss '", parts[0], "' (mse | cross_entropy | l1 | bce_with_logits)"));
     }
+    term.kind = kind->second;
     if (parts.size() > 3) return absl::InvalidArgumentError(absl::StrCat("bad loss term '", text, "'"));
     if (parts.size() > 1) term.output = parts[1];
     if (parts.size() > 2) term.target = parts[2];
@@ -113,117 +117,90 @@ absl::StatusOr<NamedTensors> ReadNamedNpys(const std::vector<std::string>& specs
   return tensors;
 }
 
-// Everything one training step touches. The step itself is TrainingStep(), kept apart so that it can move onto
-// a Module / Optimizer pair later without changing the timing loop.
+// Everything one training step touches: the artifacts' state and the Module + Optimizer that train it.
 struct Trainer {
-  std::unique_ptr<Session> session;
-  CpuExecutor* executor = nullptr;         // Owned by session.
-  std::vector<Tensor> inputs;              // In plan input order; parameter entries share parameters' buffers.
-  std::vector<std::string> parameter_names;
-  std::vector<Tensor> parameters;          // Updated in place by the optimizer.
-  std::vector<int> gradient_output;        // Plan output index of each parameter's gradient.
-  std::vector<std::map<std::string, Tensor>> optimizer_state;
-  int loss_output = -1;
-  bool adamw = true;
-  AdamWOptions adamw_options;
-  SgdOptions sgd_options;
+  CheckpointState state;
+  std::unique_ptr<Module> module;
+  std::unique_ptr<Optimizer> optimizer;
+  NamedTensors batch;
+  std::vector<std::string> trainable;  // checkpoint order
   int64_t step = 0;
-  // Filled by TrainingStep.
-  std::vector<Tensor> last_outputs;
   double last_optimizer_seconds = 0;
 };
 
-// One training step: forward + loss + backward on the current parameters, then the optimizer update.
-// Returns the loss computed before the update.
-absl::StatusOr<float> TrainingStep(Trainer& trainer) {
-  trainer.last_outputs.clear();  // Their buffers go back to the pool for this run.
-  TRAIND_ASSIGN_OR_RETURN(trainer.last_outputs, trainer.session->Run(trainer.inputs));
-  const float loss = trainer.last_outputs[trainer.loss_output].data<float>()[0];
+// One training step, as a daemon session's TrainStep runs it: forward + loss + backward, the optimizer step, the
+// lazy gradient reset. Returns the loss computed before the update. `after_backward` (may be null) sees the state
+// with this step's gradients.
+absl::StatusOr<float> TrainingStep(Trainer& trainer, const std::function<absl::Status()>& after_backward = nullptr) {
+  TRAIND_ASSIGN_OR_RETURN(NamedTensors outputs, trainer.module->TrainStep(trainer.batch));
+  const float loss = outputs[0].second.data<float>()[0];
+  if (after_backward) TRAIND_RETURN_IF_ERROR(after_backward());
   const auto optimizer_start = std::chrono::steady_clock::now();
-  std::vector<ParameterUpdate> updates;
-  updates.reserve(trainer.parameters.size());
-  for (size_t p = 0; p < trainer.parameters.size(); ++p) {
-    updates.push_back(
-        {&trainer.parameters[p], &trainer.last_outputs[trainer.gradient_output[p]], &trainer.optimizer_state[p]});
-  }
-  ++trainer.step;
-  TRAIND_RETURN_IF_ERROR(trainer.adamw ? AdamWStep(trainer.adamw_options, trainer.step, updates)
-                                       : SgdStep(trainer.sgd_options, trainer.step, updates));
+  TRAIND_ASSIGN_OR_RETURN(OptimizerStepResult result, trainer.optimizer->Step());
   trainer.last_optimizer_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count();
+  trainer.module->LazyResetGrad();
+  if (result.skipped) return absl::InternalError(absl::StrCat("step ", trainer.step + 1, " was skipped (not finite)"));
+  ++trainer.step;
   return loss;
 }
 
-absl::StatusOr<Trainer> MakeTrainer(ThreadPool& threads) {
+absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(int threads) {
   TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto forward, LoadModelFromFile(absl::GetFlag(FLAGS_model)));
   TRAIND_ASSIGN_OR_RETURN(NamedTensors data, ReadNamedNpys(absl::GetFlag(FLAGS_input), "input"));
   TRAIND_ASSIGN_OR_RETURN(NamedTensors targets, ReadNamedNpys(absl::GetFlag(FLAGS_target), "target"));
   if (forward.graph().output_size() == 0) return absl::InvalidArgumentError("the model has no outputs");
-  TrainingGraphOptions options;
+  ArtifactOptions options;
   TRAIND_ASSIGN_OR_RETURN(
       options.loss, ParseLoss(absl::GetFlag(FLAGS_loss), forward.graph().output(0).name(),
                               targets.size() == 1 ? targets[0].first : std::string("target")));
-  options.trainable = absl::GetFlag(FLAGS_requires_grad);
-  options.frozen = absl::GetFlag(FLAGS_frozen_params);
-  TRAIND_ASSIGN_OR_RETURN(TrainingGraph training, BuildTrainingGraph(forward, options));
-  // The artifact must be valid ONNX (checker + strict shape inference), as GenerateArtifacts writes it.
-  TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto validated, LoadModelFromBytes(training.model.SerializeAsString()));
-  TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, Compile(validated));
-  auto executor = std::make_unique<CpuExecutor>(&threads);
-  Trainer trainer;
-  trainer.executor = executor.get();
-  trainer.session = std::make_unique<Session>(plan, std::move(executor));
-
-  std::map<std::string, Tensor> by_name(data.begin(), data.end());
-  for (const auto& [name, tensor] : targets) by_name[name] = tensor;
-  for (const auto& initializer : forward.graph().initializer()) {
-    if (std::find(training.trainable.begin(), training.trainable.end(), initializer.name()) ==
-        training.trainable.end()) {
-      continue;
-    }
-    TRAIND_ASSIGN_OR_RETURN(Tensor decoded, TensorFromProto(initializer));
-    // A private copy: the optimizer writes parameters in place.
-    TRAIND_ASSIGN_OR_RETURN(Tensor parameter, Tensor::Allocate(decoded.dtype(), decoded.shape()));
-    std::copy_n(static_cast<const char*>(decoded.raw_data()), decoded.byte_size(),
-                static_cast<char*>(parameter.mutable_raw_data()));
-    by_name[initializer.name()] = parameter;
-  }
-  for (const std::string& name : training.trainable) {
-    trainer.parameter_names.push_back(name);
-    trainer.parameters.push_back(by_name.at(name));
-    const int output = plan->OutputIndex(GradientName(name));
-    if (output < 0) return absl::InternalError(absl::StrCat("no gradient output for ", name));
-    trainer.gradient_output.push_back(output);
-  }
-  trainer.optimizer_state.resize(trainer.parameters.size());
-  for (const GraphValue& input : plan->inputs) {
-    auto it = by_name.find(input.name);
-    if (it == by_name.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("no data for graph input '", input.name,
-                                                     "' (give it with --input or --target)"));
-    }
-    trainer.inputs.push_back(it->second);
-  }
-  trainer.loss_output = plan->OutputIndex(training.loss);
-
+  options.requires_grad = absl::GetFlag(FLAGS_requires_grad);
+  options.frozen_params = absl::GetFlag(FLAGS_frozen_params);
   const std::string optimizer = absl::GetFlag(FLAGS_optimizer);
   const double lr = absl::GetFlag(FLAGS_lr), weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  OptimizerSpec& spec = options.optimizer;
   if (optimizer == "adamw") {
-    trainer.adamw_options.lr = lr >= 0 ? static_cast<float>(lr) : 1e-3f;
-    trainer.adamw_options.beta1 = static_cast<float>(absl::GetFlag(FLAGS_beta1));
-    trainer.adamw_options.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2));
-    trainer.adamw_options.eps = static_cast<float>(absl::GetFlag(FLAGS_eps));
-    trainer.adamw_options.weight_decay = weight_decay >= 0 ? static_cast<float>(weight_decay) : 1e-2f;
+    spec.kind = OptimizerKind::kAdamW;
+    options.initial_learning_rate = lr >= 0 ? static_cast<float>(lr) : 1e-3f;
+    spec.beta1 = static_cast<float>(absl::GetFlag(FLAGS_beta1));
+    spec.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2));
+    spec.eps = static_cast<float>(absl::GetFlag(FLAGS_eps));
+    spec.weight_decay = weight_decay >= 0 ? static_cast<float>(weight_decay) : 1e-2f;
   } else if (optimizer == "sgd") {
-    trainer.adamw = false;
-    trainer.sgd_options.lr = lr >= 0 ? static_cast<float>(lr) : 1e-2f;
-    trainer.sgd_options.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
-    trainer.sgd_options.nesterov = absl::GetFlag(FLAGS_nesterov);
-    trainer.sgd_options.weight_decay = weight_decay >= 0 ? static_cast<float>(weight_decay) : 0.0f;
+    spec.kind = OptimizerKind::kSgd;
+    options.initial_learning_rate = lr >= 0 ? static_cast<float>(lr) : 1e-2f;
+    spec.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
+    spec.dampening = static_cast<float>(absl::GetFlag(FLAGS_dampening));
+    spec.nesterov = absl::GetFlag(FLAGS_nesterov);
+    spec.weight_decay = weight_decay >= 0 ? static_cast<float>(weight_decay) : 0.0f;
   } else {
     return absl::InvalidArgumentError(absl::StrCat("--optimizer must be adamw or sgd, got ", optimizer));
   }
+  spec.max_grad_norm = static_cast<float>(absl::GetFlag(FLAGS_max_grad_norm));
+  TRAIND_ASSIGN_OR_RETURN(Artifacts artifacts, GenerateArtifacts(forward, options));
+
+  auto trainer = std::make_unique<Trainer>();
+  trainer->state = artifacts.checkpoint;
+  trainer->trainable = artifacts.trainable;
+  ModuleOptions module_options;
+  module_options.num_threads = threads;
+  TRAIND_ASSIGN_OR_RETURN(trainer->module, Module::Create(artifacts, &trainer->state, module_options));
+  TRAIND_ASSIGN_OR_RETURN(trainer->optimizer, Optimizer::Create(artifacts.optimizer_model, trainer->module.get()));
+  std::map<std::string, Tensor> by_name(data.begin(), data.end());
+  for (const auto& [name, tensor] : targets) by_name[name] = tensor;
+  for (const std::string& name : trainer->module->TrainingInputNames()) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no data for graph input '", name, "' (give it with --input or --target)"));
+    }
+    trainer->batch.emplace_back(name, it->second);
+  }
   return trainer;
+}
+
+CpuExecutor& TrainingExecutor(const Trainer& trainer) {
+  return static_cast<CpuExecutor&>(trainer.module->training_session().executor());
 }
 
 // '/' cannot appear in a file name.
@@ -232,28 +209,35 @@ std::string FileNameOf(std::string parameter) {
   return parameter + ".npy";
 }
 
-absl::Status DumpTensors(const std::string& dir, const std::vector<std::string>& names,
-                         const std::vector<Tensor>& tensors) {
+absl::Status DumpTensors(const std::string& dir, const std::vector<std::pair<std::string, const Tensor*>>& tensors) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
-  for (size_t i = 0; i < names.size(); ++i) {
-    TRAIND_RETURN_IF_ERROR(WriteNpy(dir + "/" + FileNameOf(names[i]), tensors[i]));
-  }
+  for (const auto& [name, tensor] : tensors) TRAIND_RETURN_IF_ERROR(WriteNpy(dir + "/" + FileNameOf(name), *tensor));
   return absl::OkStatus();
+}
+
+// The trainable parameters' data (or gradients), in checkpoint order.
+std::vector<std::pair<std::string, const Tensor*>> TrainableTensors(const Trainer& trainer, bool gradients) {
+  std::vector<std::pair<std::string, const Tensor*>> tensors;
+  for (const Parameter& parameter : trainer.state.parameters) {
+    if (parameter.requires_grad) tensors.emplace_back(parameter.name, gradients ? &parameter.grad : &parameter.data);
+  }
+  return tensors;
 }
 
 void PrintProfile(Trainer& trainer, int steps) {
   CpuExecutor::Profile profile;
-  trainer.executor->EnableProfiling(&profile);
+  CpuExecutor& executor = TrainingExecutor(trainer);
+  executor.EnableProfiling(&profile);
   double optimizer_seconds = 0;
   for (int i = 0; i < steps; ++i) {
     if (!TrainingStep(trainer).ok()) break;
     optimizer_seconds += trainer.last_optimizer_seconds;
   }
-  trainer.executor->EnableProfiling(nullptr);
+  executor.EnableProfiling(nullptr);
   if (profile.runs == 0) return;
-  const Plan& plan = trainer.session->plan();
+  const Plan& plan = trainer.module->training_session().plan();
   // Backward nodes carry "_Grad/" in their names (GradientRuleContext::Emit); the loss nodes "loss/".
   std::map<std::string, std::pair<double, int>> by_op;  // seconds, node count
   double total = 0;
@@ -288,21 +272,19 @@ int Fail(const absl::Status& status) {
 int Main() {
   const int threads = absl::GetFlag(FLAGS_threads);
   openblas_set_num_threads(threads);
-  ThreadPool pool(threads);
-  absl::StatusOr<Trainer> made = MakeTrainer(pool);
+  absl::StatusOr<std::unique_ptr<Trainer>> made = MakeTrainer(threads);
   if (!made.ok()) return Fail(made.status());
-  Trainer& trainer = *made;
+  Trainer& trainer = **made;
   const std::string dump = absl::GetFlag(FLAGS_dump);
 
   std::vector<float> losses;
   auto step = [&]() -> absl::Status {
-    TRAIND_ASSIGN_OR_RETURN(float loss, TrainingStep(trainer));
+    const bool first = trainer.step == 0;
+    TRAIND_ASSIGN_OR_RETURN(float loss, TrainingStep(trainer, [&]() -> absl::Status {
+      if (dump.empty() || !first) return absl::OkStatus();
+      return DumpTensors(dump + "/grads", TrainableTensors(trainer, /*gradients=*/true));
+    }));
     if (!std::isfinite(loss)) return absl::InternalError(absl::StrCat("loss is ", loss, " at step ", trainer.step));
-    if (!dump.empty() && trainer.step == 1) {
-      std::vector<Tensor> gradients;
-      for (int output : trainer.gradient_output) gradients.push_back(trainer.last_outputs[output]);
-      TRAIND_RETURN_IF_ERROR(DumpTensors(dump + "/grads", trainer.parameter_names, gradients));
-    }
     losses.push_back(loss);
     return absl::OkStatus();
   };
@@ -327,7 +309,7 @@ int Main() {
     if (!loss_tensor.ok()) return Fail(loss_tensor.status());
     std::filesystem::create_directories(dump);
     if (absl::Status s = WriteNpy(dump + "/losses.npy", *loss_tensor); !s.ok()) return Fail(s);
-    if (absl::Status s = DumpTensors(dump + "/params", trainer.parameter_names, trainer.parameters); !s.ok()) {
+    if (absl::Status s = DumpTensors(dump + "/params", TrainableTensors(trainer, /*gradients=*/false)); !s.ok()) {
       return Fail(s);
     }
   }
@@ -336,7 +318,7 @@ int Main() {
   rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   const double peak_rss_mb = usage.ru_maxrss / 1024.0;
-  const double peak_pool_mb = trainer.executor->buffers().peak_bytes_in_use() / (1024.0 * 1024.0);
+  const double peak_pool_mb = TrainingExecutor(trainer).buffers().peak_bytes_in_use() / (1024.0 * 1024.0);
   const double median = Median(ms);
   if (absl::GetFlag(FLAGS_json)) {
     std::printf("{\"model\": \"%s\", \"threads\": %d, \"median_ms\": %.4f, \"p10_ms\": %.4f, \"p90_ms\": %.4f, "

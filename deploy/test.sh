@@ -6,6 +6,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 bash deploy/setup.sh || exit 1
+# onnxruntime-node (npm), the independent runtime that cross-checks exported models; the checks skip without it.
+bash bench/setup_peers.sh || echo "test: onnxruntime-node could not be installed; its cross-checks will skip" >&2
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -34,6 +34,8 @@ class Session {
       : plan_(std::move(plan)), executor_(std::move(executor)) {}
 
   const Plan& plan() const { return *plan_; }
+  // For benchmarks and diagnostics (profiles, pool statistics).
+  Executor& executor() const { return *executor_; }
 
   // Fast path: inputs in plan().inputs order, outputs in plan().outputs order.
   absl::StatusOr<std::vector<Tensor>> Run(absl::Span<const Tensor> inputs) const {

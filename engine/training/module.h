@@ -103,6 +103,8 @@ class Module {
   std::vector<GraphValue> TrainingInputs() const { return UserInputs(train_); }
   std::vector<GraphValue> EvalInputs() const { return UserInputs(eval_); }
   bool has_eval_model() const { return eval_.session != nullptr; }
+  // The compiled training model's session, for benchmarks and diagnostics (profiles, pool statistics).
+  const Session& training_session() const { return *train_.session; }
 
   // Trainable parameters, checkpoint order.
   const std::vector<std::string>& TrainableParameterNames() const { return trainable_names_; }

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "google/protobuf/descriptor.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/testing/process.h"
@@ -92,20 +93,27 @@ TEST(DaemonTest, MetricsAreValidPrometheusTextWithTheRpcCounter) {
   EXPECT_GT(rss->value, 1e6);
 }
 
-TEST(DaemonTest, UnimplementedRpcsSayUnimplementedAndServerInfoListsThem) {
-  auto daemon = StartDaemon();
+TEST(DaemonTest, ServerInfoListsEveryRpcAsImplementedAndTheLimits) {
+  auto daemon = StartDaemon({"--max_concurrent_steps=2", "--default_num_threads=1"});
   ASSERT_NE(daemon, nullptr);
   auto stub = traind::v1::TrainingService::NewStub(Channel(Plain(*daemon)));
   grpc::ClientContext info_context;
   traind::v1::ServerInfo info;
   ASSERT_TRUE(stub->GetServerInfo(&info_context, {}, &info).ok());
   EXPECT_EQ(info.version(), "0.1.0");
-  EXPECT_TRUE(info.implemented_rpcs().at("GetServerInfo"));
-  EXPECT_EQ(info.implemented_rpcs().size(), 18u);
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName("traind.v1.TrainingService");
+  ASSERT_NE(service, nullptr);
+  EXPECT_EQ(info.implemented_rpcs().size(), static_cast<size_t>(service->method_count()));
+  for (const auto& [rpc, implemented] : info.implemented_rpcs()) EXPECT_TRUE(implemented) << rpc;
+  EXPECT_EQ(info.max_concurrent_steps(), 2);
+  EXPECT_EQ(info.default_num_threads(), 1);
+  EXPECT_THAT(info.losses(), ::testing::Contains("CrossEntropyLoss"));
 
+  // Implemented for real: an empty CreateSession names what is missing.
   grpc::ClientContext context;
   traind::v1::Session session;
-  EXPECT_EQ(stub->CreateSession(&context, {}, &session).error_code(), grpc::UNIMPLEMENTED);
+  EXPECT_EQ(stub->CreateSession(&context, {}, &session).error_code(), grpc::INVALID_ARGUMENT);
 }
 
 TEST(DaemonTest, OversizedMessageIsRefusedWithResourceExhausted) {

@@ -106,7 +106,8 @@ std::string MakeTempDir(const std::string& name) {
   return path;
 }
 
-absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(std::vector<std::string> flags) {
+absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(std::vector<std::string> flags,
+                                                                    const std::string& binary) {
   const std::string dir = MakeTempDir("traind");
   const std::string ready_file = dir + "/ready.json";
   auto has_flag = [&flags](const std::string& name) {
@@ -122,7 +123,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(std::vector<
 
   std::unique_ptr<DaemonProcess> daemon(new DaemonProcess());
   daemon->log_path_ = dir + "/traind.log";
-  daemon->pid_ = Spawn(RunfilePath("server/traind"), flags, daemon->log_path_);
+  daemon->pid_ = Spawn(binary.empty() ? RunfilePath("server/traind") : binary, flags, daemon->log_path_);
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (!std::filesystem::exists(ready_file)) {
     int exit_code = 0;

@@ -24,7 +24,9 @@ class DaemonProcess {
  public:
   // Starts traind with `flags` plus --listen/--metrics_listen on port 0 (unless given), --state_dir (unless
   // given) and --ready_file; waits until the ready file appears. Errors carry the daemon's log.
-  static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(std::vector<std::string> flags);
+  // `binary` empty: this workspace's server/traind from the runfiles.
+  static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(std::vector<std::string> flags,
+                                                              const std::string& binary = "");
 
   ~DaemonProcess();
 

@@ -1,0 +1,323 @@
+// rpc_bench: what the RPC path costs. A training step through a real traind daemon over loopback gRPC (TrainStep:
+// forward + backward + optimizer step + lazy reset, with the batch in the request) side by side with the same step
+// in process (Module + Optimizer, as train_bench), in alternating rounds of one run; then the total steps/s of 1, 2
+// and 4 sessions stepping at once, each driven by its own client.
+//
+//   bazel run -c opt //bench:rpc_bench -- --model=M.onnx --input=input=x.npy --target=target=y.npy
+//       [--loss=cross_entropy|mse] [--threads=2] [--rounds=5] [--min_time=1] [--sessions=1,2,4] [--json]
+//
+// The daemon is started by the bench (the traind binary of this build, on 127.0.0.1 port 0, its own state
+// directory, default flags: one step at a time, every core to it) and stopped at the end.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_stats.h"
+#include "client/connection.h"
+#include "engine/core/status_macros.h"
+#include "engine/core/tensor_bytes.h"
+#include "engine/io/file_util.h"
+#include "engine/io/npy.h"
+#include "engine/model/model_loader.h"
+#include "engine/training/artifacts.h"
+#include "engine/training/module.h"
+#include "grpcpp/grpcpp.h"
+#include "tests/testing/process.h"
+#include "traind/v1/training_service.grpc.pb.h"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+ABSL_FLAG(std::string, model, "", "Forward ONNX model file.");
+ABSL_FLAG(std::vector<std::string>, input, {}, "NAME=FILE.npy per forward input (comma-separated).");
+ABSL_FLAG(std::vector<std::string>, target, {}, "NAME=FILE.npy per loss target (comma-separated).");
+ABSL_FLAG(std::string, loss, "cross_entropy", "cross_entropy | mse (first model output vs the target).");
+ABSL_FLAG(int, threads, 2, "Intra-op threads of the in-process Module and of each daemon session.");
+ABSL_FLAG(int, rounds, 5, "Alternating rounds of in-process and RPC timing.");
+ABSL_FLAG(double, min_time, 1.0, "Seconds per round and per side, at least.");
+ABSL_FLAG(int, warmup, 10, "Untimed steps before each side's first round.");
+ABSL_FLAG(std::vector<std::string>, sessions, std::vector<std::string>({"1", "2", "4"}),
+          "Concurrent session counts for the throughput part.");
+ABSL_FLAG(std::string, traind, "", "The traind binary (default: this build's, from the runfiles).");
+ABSL_FLAG(bool, json, false, "Print one JSON line instead of text.");
+
+namespace traind {
+namespace {
+
+namespace v1 = ::traind::v1;
+using engine::NamedTensors;
+using engine::Tensor;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point from, Clock::time_point to) { return std::chrono::duration<double>(to - from).count(); }
+
+absl::StatusOr<NamedTensors> ReadNamedNpys(const std::vector<std::string>& specs) {
+  NamedTensors tensors;
+  for (const std::string& spec : specs) {
+    std::vector<std::string> parts = absl::StrSplit(spec, absl::MaxSplits('=', 1));
+    if (parts.size() != 2) return absl::InvalidArgumentError("--input/--target want NAME=FILE.npy");
+    TRAIND_ASSIGN_OR_RETURN(Tensor tensor, engine::ReadNpy(parts[1]));
+    tensors.emplace_back(parts[0], std::move(tensor));
+  }
+  return tensors;
+}
+
+v1::Tensor ToWire(const std::string& name, const Tensor& tensor) {
+  v1::Tensor wire;
+  wire.set_name(name);
+  wire.set_dtype(tensor.dtype() == engine::DataType::kInt64 ? v1::INT64 : v1::FLOAT32);
+  for (int64_t dim : tensor.shape()) wire.add_shape(dim);
+  wire.set_data(engine::TensorToBytes(tensor));
+  return wire;
+}
+
+struct Workload {
+  std::string model_bytes;
+  onnx::ModelProto forward;
+  NamedTensors batch;  // inputs then targets
+  bool cross_entropy = true;
+};
+
+// The in-process side: the same artifacts as the daemon's session (GenerateArtifacts with the same options).
+struct InProcess {
+  engine::CheckpointState state;
+  std::unique_ptr<engine::Module> module;
+  std::unique_ptr<engine::Optimizer> optimizer;
+};
+
+absl::StatusOr<std::unique_ptr<InProcess>> MakeInProcess(const engine::Artifacts& artifacts, int threads) {
+  auto trainer = std::make_unique<InProcess>();
+  trainer->state = artifacts.checkpoint;
+  engine::ModuleOptions options;
+  options.num_threads = threads;
+  TRAIND_ASSIGN_OR_RETURN(trainer->module, engine::Module::Create(artifacts, &trainer->state, options));
+  TRAIND_ASSIGN_OR_RETURN(trainer->optimizer,
+                          engine::Optimizer::Create(artifacts.optimizer_model, trainer->module.get()));
+  return trainer;
+}
+
+absl::Status InProcessStep(InProcess& trainer, const NamedTensors& batch) {
+  TRAIND_RETURN_IF_ERROR(trainer.module->TrainStep(batch).status());
+  TRAIND_RETURN_IF_ERROR(trainer.optimizer->Step().status());
+  trainer.module->LazyResetGrad();
+  return absl::OkStatus();
+}
+
+absl::Status FromGrpc(const grpc::Status& status, const char* what) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(what, ": ", status.error_message()));
+}
+
+class Remote {
+ public:
+  static absl::StatusOr<std::unique_ptr<Remote>> Connect(const std::string& address) {
+    auto remote = std::unique_ptr<Remote>(new Remote());
+    ConnectionOptions options;
+    options.address = address;
+    TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, traind::Connect(options));
+    remote->stub_ = v1::TrainingService::NewStub(channel);
+    return remote;
+  }
+
+  absl::StatusOr<std::string> Generate(const Workload& work) {
+    v1::GenerateArtifactsRequest request;
+    request.mutable_model()->set_onnx_bytes(work.model_bytes);
+    request.mutable_loss()->mutable_builtin()->set_type(work.cross_entropy ? v1::CROSS_ENTROPY : v1::MSE);
+    request.mutable_optimizer()->mutable_adamw();
+    v1::GenerateArtifactsResponse response;
+    grpc::ClientContext context;
+    TRAIND_RETURN_IF_ERROR(FromGrpc(stub_->GenerateArtifacts(&context, request, &response), "GenerateArtifacts"));
+    return response.artifact_id();
+  }
+
+  absl::StatusOr<std::string> CreateSession(const std::string& artifact_id, int threads) {
+    v1::CreateSessionRequest request;
+    request.set_artifact_id(artifact_id);
+    request.set_num_threads(threads);
+    v1::Session session;
+    grpc::ClientContext context;
+    TRAIND_RETURN_IF_ERROR(FromGrpc(stub_->CreateSession(&context, request, &session), "CreateSession"));
+    return session.session_id();
+  }
+
+  // The request is built once: what a client that streams batches sends per step.
+  void Prepare(const std::string& session, const NamedTensors& batch) {
+    request_.set_session_id(session);
+    request_.clear_inputs();
+    for (const auto& [name, tensor] : batch) *request_.add_inputs() = ToWire(name, tensor);
+  }
+
+  absl::Status Step() {
+    grpc::ClientContext context;
+    v1::TrainStepResponse response;
+    return FromGrpc(stub_->TrainStep(&context, request_, &response), "TrainStep");
+  }
+
+ private:
+  Remote() = default;
+  std::unique_ptr<v1::TrainingService::Stub> stub_;
+  v1::TrainStepRequest request_;
+};
+
+// Steps until `min_time` has passed (and at least 5 steps); returns each step's milliseconds.
+template <typename StepFn>
+absl::StatusOr<std::vector<double>> TimeSteps(StepFn step, double min_time) {
+  std::vector<double> ms;
+  const Clock::time_point start = Clock::now();
+  while (ms.size() < 5 || Seconds(start, Clock::now()) < min_time) {
+    const Clock::time_point t0 = Clock::now();
+    TRAIND_RETURN_IF_ERROR(step());
+    ms.push_back(1e3 * Seconds(t0, Clock::now()));
+  }
+  return ms;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "rpc_bench: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+int Main() {
+  const int threads = absl::GetFlag(FLAGS_threads);
+  openblas_set_num_threads(threads);
+  Workload work;
+  absl::StatusOr<std::string> bytes = engine::ReadFileLimited(absl::GetFlag(FLAGS_model), int64_t{1} << 30);
+  if (!bytes.ok()) return Fail(bytes.status());
+  work.model_bytes = *bytes;
+  absl::StatusOr<onnx::ModelProto> forward = engine::LoadModelFromBytes(work.model_bytes);
+  if (!forward.ok()) return Fail(forward.status());
+  work.forward = *forward;
+  absl::StatusOr<NamedTensors> inputs = ReadNamedNpys(absl::GetFlag(FLAGS_input));
+  absl::StatusOr<NamedTensors> targets = ReadNamedNpys(absl::GetFlag(FLAGS_target));
+  if (!inputs.ok()) return Fail(inputs.status());
+  if (!targets.ok()) return Fail(targets.status());
+  if (targets->size() != 1 || forward->graph().output_size() == 0) {
+    return Fail(absl::InvalidArgumentError("one --target and a model with an output are needed"));
+  }
+  work.batch = *inputs;
+  work.batch.emplace_back("target", (*targets)[0].second);
+  work.cross_entropy = absl::GetFlag(FLAGS_loss) != "mse";
+
+  // In process: the artifacts the daemon makes for the same request (ONNX Runtime's AdamW defaults).
+  engine::ArtifactOptions options;
+  engine::LossTerm term(work.cross_entropy ? engine::LossKind::kCrossEntropy : engine::LossKind::kMeanSquaredError,
+                        forward->graph().output(0).name(), "target");
+  options.loss = {term};
+  absl::StatusOr<engine::Artifacts> artifacts = engine::GenerateArtifacts(*forward, options);
+  if (!artifacts.ok()) return Fail(artifacts.status());
+  absl::StatusOr<std::unique_ptr<InProcess>> local = MakeInProcess(*artifacts, threads);
+  if (!local.ok()) return Fail(local.status());
+
+  std::vector<std::string> flags = {"--metrics_listen="};
+  absl::StatusOr<std::unique_ptr<testing::DaemonProcess>> daemon =
+      testing::DaemonProcess::Start(flags, absl::GetFlag(FLAGS_traind));
+  if (!daemon.ok()) return Fail(daemon.status());
+  const std::string address = (*daemon)->grpc_address();
+  absl::StatusOr<std::unique_ptr<Remote>> remote = Remote::Connect(address);
+  if (!remote.ok()) return Fail(remote.status());
+  absl::StatusOr<std::string> artifact_id = (*remote)->Generate(work);
+  if (!artifact_id.ok()) return Fail(artifact_id.status());
+  absl::StatusOr<std::string> session = (*remote)->CreateSession(*artifact_id, threads);
+  if (!session.ok()) return Fail(session.status());
+  (*remote)->Prepare(*session, work.batch);
+
+  // Side by side: alternating rounds, so that both sides see the same machine conditions.
+  auto local_step = [&] { return InProcessStep(**local, work.batch); };
+  auto remote_step = [&] { return (*remote)->Step(); };
+  for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) {
+    if (absl::Status s = local_step(); !s.ok()) return Fail(s);
+    if (absl::Status s = remote_step(); !s.ok()) return Fail(s);
+  }
+  std::vector<double> local_ms, remote_ms;
+  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    absl::StatusOr<std::vector<double>> a = TimeSteps(local_step, absl::GetFlag(FLAGS_min_time));
+    if (!a.ok()) return Fail(a.status());
+    absl::StatusOr<std::vector<double>> b = TimeSteps(remote_step, absl::GetFlag(FLAGS_min_time));
+    if (!b.ok()) return Fail(b.status());
+    local_ms.insert(local_ms.end(), a->begin(), a->end());
+    remote_ms.insert(remote_ms.end(), b->begin(), b->end());
+  }
+  const double local_median = engine::Median(local_ms), remote_median = engine::Median(remote_ms);
+
+  // Throughput of N sessions at once, each with its own client (channel) and thread.
+  std::map<int, double> steps_per_second;
+  for (const std::string& count_text : absl::GetFlag(FLAGS_sessions)) {
+    int count = 0;
+    if (!absl::SimpleAtoi(count_text, &count) || count < 1) {
+      return Fail(absl::InvalidArgumentError("--sessions wants positive counts"));
+    }
+    std::vector<std::unique_ptr<Remote>> clients;
+    for (int c = 0; c < count; ++c) {
+      absl::StatusOr<std::unique_ptr<Remote>> client = Remote::Connect(address);
+      if (!client.ok()) return Fail(client.status());
+      absl::StatusOr<std::string> id = (*client)->CreateSession(*artifact_id, threads);
+      if (!id.ok()) return Fail(id.status());
+      (*client)->Prepare(*id, work.batch);
+      for (int i = 0; i < 3; ++i) {
+        if (absl::Status s = (*client)->Step(); !s.ok()) return Fail(s);
+      }
+      clients.push_back(*std::move(client));
+    }
+    std::atomic<int64_t> steps{0};
+    std::atomic<bool> stop{false}, failed{false};
+    std::vector<std::thread> workers;
+    const double duration = std::max(2.0, 2 * absl::GetFlag(FLAGS_min_time));
+    const Clock::time_point start = Clock::now();
+    for (auto& client : clients) {
+      workers.emplace_back([&, client = client.get()] {
+        while (!stop.load()) {
+          if (!client->Step().ok()) {
+            failed = true;
+            return;
+          }
+          ++steps;
+        }
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(duration));
+    stop = true;
+    for (std::thread& worker : workers) worker.join();
+    if (failed) return Fail(absl::InternalError("a concurrent TrainStep failed"));
+    steps_per_second[count] = static_cast<double>(steps.load()) / Seconds(start, Clock::now());
+  }
+
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (absl::GetFlag(FLAGS_json)) {
+    std::string throughput;
+    for (const auto& [count, rate] : steps_per_second) {
+      absl::StrAppend(&throughput, throughput.empty() ? "" : ", ", "\"", count, "\": ", rate);
+    }
+    std::printf("{\"model\": \"%s\", \"threads\": %d, \"in_process_ms\": %.4f, \"rpc_ms\": %.4f, \"ratio\": %.4f, "
+                "\"overhead_us\": %.1f, \"steps_per_second\": {%s}}\n",
+                model.c_str(), threads, local_median, remote_median, remote_median / local_median,
+                1e3 * (remote_median - local_median), throughput.c_str());
+  } else {
+    std::printf("model %s threads %d: in-process %.3f ms/step, over gRPC %.3f ms/step: %.3fx (+%.1f us/step)\n",
+                model.c_str(), threads, local_median, remote_median, remote_median / local_median,
+                1e3 * (remote_median - local_median));
+    const double one = steps_per_second.count(1) ? steps_per_second[1] : 0;
+    for (const auto& [count, rate] : steps_per_second) {
+      std::printf("  %d session(s) at once: %.1f steps/s in total%s\n", count, rate,
+                  one > 0 ? absl::StrCat(" (", absl::SixDigits(rate / one), "x one session)").c_str() : "");
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace traind
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return traind::Main();
+}
