@@ -43,6 +43,8 @@ ABSL_FLAG(int, max_concurrent_steps, 1,
 ABSL_FLAG(int, max_queued_steps, 256, "Steps that may wait for a compute thread; past that, RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, default_num_threads, 0,
           "Intra-op threads of a session that does not choose; 0: the available CPUs / max_concurrent_steps.");
+ABSL_FLAG(std::string, tenants_file, "",
+          "Tenants with their bearer-token hashes and quotas; calls must then carry a token. Re-read on SIGHUP.");
 ABSL_FLAG(std::string, ready_file, "",
           "Write a JSON file with the bound addresses and the pid here once serving (atomically).");
 ABSL_FLAG(std::string, log_level, "info", "Least severe log level printed: debug, info, warn or error.");
@@ -67,6 +69,7 @@ traind::ServerOptions OptionsFromFlags() {
   options.max_queued_steps = absl::GetFlag(FLAGS_max_queued_steps);
   options.default_num_threads = absl::GetFlag(FLAGS_default_num_threads);
   options.ready_file = absl::GetFlag(FLAGS_ready_file);
+  options.tenants_file = absl::GetFlag(FLAGS_tenants_file);
   return options;
 }
 
@@ -77,6 +80,7 @@ sigset_t BlockShutdownSignals() {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   return signals;
 }
@@ -112,12 +116,16 @@ int main(int argc, char** argv) {
   }
 
   int signal_number = 0;
-  sigwait(&shutdown_signals, &signal_number);
+  // SIGHUP re-reads the tenants file; SIGTERM or SIGINT drains and exits.
+  while (sigwait(&shutdown_signals, &signal_number) == 0 && signal_number == SIGHUP) {
+    (*server)->ReloadTenants().IgnoreError();  // logged; the previous tenants stay
+  }
   traind::LogInfo("shutdown signal", {{"signal", strsignal(signal_number)}});
   // A second signal during the drain means "stop now".
   std::thread([shutdown_signals] {
     int second = 0;
-    sigwait(&shutdown_signals, &second);
+    while (sigwait(&shutdown_signals, &second) == 0 && second == SIGHUP) {
+    }
     traind::LogWarn("second shutdown signal, exiting without drain");
     std::_Exit(1);
   }).detach();
