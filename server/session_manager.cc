@@ -360,6 +360,11 @@ void SessionManager::MaybeCheckpoint(Session& session) ABSL_NO_THREAD_SAFETY_ANA
   if (steps_due || time_due) WriteCheckpoint(session).IgnoreError();  // logged; training goes on
 }
 
+absl::Status SessionManager::Checkpoint(const Caller& caller, const std::string& session_id) {
+  TRAIND_SESSION_CALL(session, session_id);
+  return WriteCheckpoint(*session);
+}
+
 int SessionManager::CheckpointAll() {
   std::vector<std::shared_ptr<Session>> sessions;
   {
@@ -417,10 +422,14 @@ absl::Status SessionManager::Close(const Caller& caller, const std::string& sess
 
 absl::StatusOr<TrainStepResult> SessionManager::TrainStep(const Caller& caller, const std::string& session_id,
                                                           const NamedTensors& inputs, bool accumulate_only,
-                                                          const std::vector<std::string>& fetch) {
+                                                          const std::vector<std::string>& fetch,
+                                                          const engine::PropertyBag* set_properties) {
   TRAIND_SESSION_CALL(session, session_id);
   TRAIND_RETURN_IF_ERROR(CheckFetch(fetch, session->module->TrainingOutputNames(), "training"));
   if (!accumulate_only) TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("TrainStep without accumulate_only"));
+  if (set_properties != nullptr) {
+    for (const auto& [name, value] : *set_properties) session->state.properties[name] = value;
+  }
   TrainStepResult result;
   TRAIND_RETURN_IF_ERROR(compute_->Run(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {

@@ -184,7 +184,7 @@ grpc::Status TrainingServiceImpl::GetServerInfo(Context* /*context*/, const v1::
   // RPCs of the schema this build does not serve yet (the generated base class answers UNIMPLEMENTED).
   static const std::set<std::string> kNotYetImplemented = {
       "ListArtifacts", "GetArtifact", "DeleteArtifact", "ListCheckpoints", "DeleteCheckpoint", "Download",
-      "TrainStream",   "SubmitJob",   "GetJob",         "ListJobs",        "CancelJob",        "WatchJob"};
+      "TrainStream"};
   const google::protobuf::ServiceDescriptor* service = ServiceDescriptor();
   for (int i = 0; i < service->method_count(); ++i) {
     const std::string& name = service->method(i)->name();
@@ -662,6 +662,61 @@ grpc::Status TrainingServiceImpl::ExportForInference(Context* context, const v1:
   response->set_sha256_hex(engine::Sha256Hex(*model));
   response->set_onnx_model(*std::move(model));
   return grpc::Status::OK;
+}
+
+// ---- Training jobs ----
+
+grpc::Status TrainingServiceImpl::SubmitJob(Context* context, const v1::JobSpec* request, v1::Job* response) {
+  TRAIND_AUTHORIZE(call);
+  absl::StatusOr<v1::Job> job = jobs_->Submit(call.caller, call.tenant.quotas.max_concurrent_jobs, *request);
+  if (!job.ok()) return Fail(context, job.status());
+  *response = *std::move(job);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::GetJob(Context* context, const v1::GetJobRequest* request, v1::Job* response) {
+  TRAIND_AUTHORIZE(call);
+  absl::StatusOr<v1::Job> job = jobs_->Get(call.caller, request->job_id());
+  if (!job.ok()) return Fail(context, job.status(), "JOB_NOT_FOUND");
+  *response = *std::move(job);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::ListJobs(Context* context, const v1::ListJobsRequest* /*request*/,
+                                           v1::ListJobsResponse* response) {
+  TRAIND_AUTHORIZE(call);
+  for (v1::Job& job : jobs_->List(call.caller)) *response->add_jobs() = std::move(job);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::CancelJob(Context* context, const v1::CancelJobRequest* request, v1::Job* response) {
+  TRAIND_AUTHORIZE(call);
+  absl::StatusOr<v1::Job> job = jobs_->Cancel(call.caller, request->job_id());
+  if (!job.ok()) return Fail(context, job.status(), "JOB_NOT_FOUND");
+  *response = *std::move(job);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::WatchJob(Context* context, const v1::WatchJobRequest* request,
+                                           grpc::ServerWriter<v1::Job>* writer) {
+  TRAIND_AUTHORIZE(call);
+  constexpr absl::Duration kMinInterval = absl::Milliseconds(200);  // at most 5 updates a second
+  int64_t version = -1;
+  absl::Time last_sent = absl::InfinitePast();
+  while (!context->IsCancelled()) {
+    const absl::Duration wait = last_sent + kMinInterval - absl::Now();
+    if (wait > absl::ZeroDuration()) absl::SleepFor(wait);
+    // Wake at least every second to notice a client that went away.
+    absl::StatusOr<std::pair<v1::Job, int64_t>> next =
+        jobs_->Wait(call.caller, request->job_id(), version, absl::Now() + absl::Seconds(1));
+    if (!next.ok()) return Fail(context, next.status());
+    if (next->second == version) continue;
+    version = next->second;
+    if (!writer->Write(next->first)) break;
+    last_sent = absl::Now();
+    if (JobManager::IsTerminal(next->first.state())) return grpc::Status::OK;
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
 }
 
 }  // namespace traind
