@@ -550,7 +550,8 @@ absl::Status JobManager::Train(Job& job) {
     epoch = PropertyInt(session.properties, kEpochProperty, 0);
     next_batch = PropertyInt(session.properties, kBatchProperty, 0);
   }
-  // The eval history is in the record; an epoch evaluated after the last checkpoint is evaluated again.
+  // The eval history is in the record; an eval the session's last checkpoint does not know of (a restart between
+  // the record and the checkpoint) is dropped, and that epoch evaluated again.
   if (already_evaluated > epoch) {
     absl::MutexLock lock(&job.mu);
     while (job.state.evals_size() > epoch) job.state.mutable_evals()->RemoveLast();
@@ -568,11 +569,10 @@ absl::Status JobManager::Train(Job& job) {
       TRAIND_ASSIGN_OR_RETURN(
           NamedTensors inputs,
           Gather(job.train, job.input_names, std::vector<int64_t>(order.begin() + begin, order.begin() + end)));
-      // The position after this step travels with the state the step produces.
-      const bool last_of_epoch = b + 1 == per_epoch;
-      const engine::PropertyBag position = {{kJobIdProperty, job.id},
-                                            {kEpochProperty, last_of_epoch ? epoch + 1 : epoch},
-                                            {kBatchProperty, last_of_epoch ? int64_t{0} : b + 1}};
+      // The position after this step travels with the state the step produces. After the last batch it is
+      // (epoch, per_epoch): trained but not yet evaluated, so a job resumed there evaluates the epoch first.
+      const engine::PropertyBag position = {
+          {kJobIdProperty, job.id}, {kEpochProperty, epoch}, {kBatchProperty, b + 1}};
       absl::StatusOr<TrainStepResult> step =
           sessions_->TrainStep(job.caller, session_id, inputs, /*accumulate_only=*/false, {}, &position);
       if (!step.ok()) {
@@ -636,8 +636,6 @@ absl::Status JobManager::Train(Job& job) {
     metrics.set_accuracy(fetch.empty() ? std::numeric_limits<float>::quiet_NaN()
                                        : static_cast<float>(correct) / static_cast<float>(std::max<int64_t>(1, seen)));
     metrics.set_examples(seen);
-    // The epoch is over: checkpoint the session so that the record's eval history never runs ahead of it.
-    TRAIND_RETURN_IF_ERROR(sessions_->Checkpoint(job.caller, session_id));
     bool stop_early = false;
     Publish(job, [&](v1::Job& state) {
       *state.add_evals() = metrics;
@@ -656,7 +654,12 @@ absl::Status JobManager::Train(Job& job) {
         stop_early = true;
       }
     });
+    // The record (with this eval) first, then the session's move to the next epoch: a restart between the two
+    // finds the eval history one epoch ahead of the session, drops that eval and evaluates the same state again.
     if (absl::Status persisted = Persist(job); !persisted.ok()) return persisted;
+    const engine::PropertyBag next = {{kJobIdProperty, job.id}, {kEpochProperty, epoch + 1}, {kBatchProperty, int64_t{0}}};
+    TRAIND_RETURN_IF_ERROR(sessions_->UpdateProperties(job.caller, session_id, next, {}).status());
+    TRAIND_RETURN_IF_ERROR(sessions_->Checkpoint(job.caller, session_id));
     if (stop_early) return absl::OkStatus();
   }
   return absl::OkStatus();

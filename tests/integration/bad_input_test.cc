@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "tests/testing/process.h"
+#include "tests/testing/service.h"
 #include "traind/v1/training_service.grpc.pb.h"
 
 namespace traind {
@@ -28,31 +29,9 @@ namespace {
 namespace v1 = ::traind::v1;
 using ::testing::HasSubstr;
 using Stub = v1::TrainingService::Stub;
+using testing::Call;
 
 constexpr int64_t kMessageLimit = 1 << 20;
-
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/", path);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-}
-
-template <typename Request, typename Response>
-grpc::Status Call(Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                  const Request& request, Response* response, v1::ErrorDetail* detail = nullptr) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  const grpc::Status status = (stub.*method)(&context, request, response);
-  if (detail != nullptr) {
-    const auto& trailers = context.GetServerTrailingMetadata();
-    auto it = trailers.find("traind-error-detail-bin");
-    if (it != trailers.end()) detail->ParseFromString(std::string(it->second.data(), it->second.size()));
-  }
-  return status;
-}
 
 v1::Tensor WireTensor(const std::string& name, v1::DataType dtype, std::vector<int64_t> shape, std::string data) {
   v1::Tensor tensor;
@@ -135,7 +114,7 @@ class BadInputTest : public ::testing::Test {
 
   static v1::GenerateArtifactsRequest MlpArtifactsRequest() {
     v1::GenerateArtifactsRequest request;
-    request.mutable_model()->set_onnx_bytes(ReadFile(Runfile("tests/golden/data/mlp/model.onnx")));
+    request.mutable_model()->set_onnx_bytes(testing::ReadRunfile("tests/golden/data/mlp/model.onnx"));
     request.mutable_loss()->mutable_builtin()->set_type(v1::CROSS_ENTROPY);
     request.mutable_loss()->mutable_builtin()->set_output_name("logits");
     request.add_additional_output_names("logits");
@@ -145,8 +124,8 @@ class BadInputTest : public ::testing::Test {
   v1::TrainStepRequest GoodStep() const {
     v1::TrainStepRequest request;
     request.set_session_id(session_);
-    *request.add_inputs() = FromNpy("input", Runfile("tests/golden/data/mlp/inputs/input.npy"));
-    *request.add_inputs() = FromNpy("target", Runfile("tests/golden/data/mlp/targets/target.npy"));
+    *request.add_inputs() = FromNpy("input", testing::RunfilePath("tests/golden/data/mlp/inputs/input.npy"));
+    *request.add_inputs() = FromNpy("target", testing::RunfilePath("tests/golden/data/mlp/targets/target.npy"));
     return request;
   }
 
@@ -389,7 +368,7 @@ TEST_F(BadInputTest, DamagedForeignAndMissingCheckpointsAreRefusedAndChangeNothi
 
   // Another model's checkpoint: the CNN's artifacts.
   v1::GenerateArtifactsRequest cnn = MlpArtifactsRequest();
-  cnn.mutable_model()->set_onnx_bytes(ReadFile(Runfile("tests/golden/data/cnn_bn_maxpool/model.onnx")));
+  cnn.mutable_model()->set_onnx_bytes(testing::ReadRunfile("tests/golden/data/cnn_bn_maxpool/model.onnx"));
   cnn.set_return_artifact_bytes(true);
   v1::GenerateArtifactsResponse cnn_artifacts;
   ASSERT_TRUE(Call(*stub_, &Stub::GenerateArtifacts, cnn, &cnn_artifacts).ok());

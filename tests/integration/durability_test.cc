@@ -26,6 +26,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/testing/process.h"
+#include "tests/testing/service.h"
 #include "traind/v1/training_service.grpc.pb.h"
 
 namespace traind {
@@ -35,21 +36,13 @@ namespace v1 = ::traind::v1;
 using engine::NamedTensors;
 using engine::Tensor;
 using Stub = v1::TrainingService::Stub;
+using testing::Call;
 
 constexpr int kThreads = 2;
 
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/", path);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-}
-
 NamedTensors Batch() {
-  return {{"input", *engine::ReadNpy(Runfile("tests/golden/data/mlp/inputs/input.npy"))},
-          {"target", *engine::ReadNpy(Runfile("tests/golden/data/mlp/targets/target.npy"))}};
+  return {{"input", *engine::ReadNpy(testing::RunfilePath("tests/golden/data/mlp/inputs/input.npy"))},
+          {"target", *engine::ReadNpy(testing::RunfilePath("tests/golden/data/mlp/targets/target.npy"))}};
 }
 
 v1::TrainStepRequest StepRequest(const std::string& session) {
@@ -65,35 +58,9 @@ v1::TrainStepRequest StepRequest(const std::string& session) {
   return request;
 }
 
-struct Daemon {
-  std::unique_ptr<testing::DaemonProcess> process;
-  std::unique_ptr<Stub> stub;
-};
-
-Daemon Start(const std::string& state_dir, std::vector<std::string> flags = {}) {
-  Daemon daemon;
-  flags.push_back("--state_dir=" + state_dir);
-  auto process = testing::DaemonProcess::Start(flags);
-  EXPECT_TRUE(process.ok()) << process.status();
-  if (!process.ok()) return daemon;
-  daemon.process = std::move(*process);
-  ConnectionOptions options;
-  options.address = daemon.process->grpc_address();
-  daemon.stub = v1::TrainingService::NewStub(*Connect(options));
-  return daemon;
-}
-
-template <typename Request, typename Response>
-grpc::Status Call(Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                  const Request& request, Response* response) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  return (stub.*method)(&context, request, response);
-}
-
 v1::GenerateArtifactsResponse Generate(Stub& stub) {
   v1::GenerateArtifactsRequest request;
-  request.mutable_model()->set_onnx_bytes(ReadFile(Runfile("tests/golden/data/mlp/model.onnx")));
+  request.mutable_model()->set_onnx_bytes(testing::ReadRunfile("tests/golden/data/mlp/model.onnx"));
   request.mutable_loss()->mutable_builtin()->set_type(v1::CROSS_ENTROPY);
   request.mutable_optimizer()->mutable_adamw()->set_lr(1e-2f);
   request.set_return_artifact_bytes(true);
@@ -147,66 +114,66 @@ std::vector<std::string> ReferenceTrajectory(const v1::GenerateArtifactsResponse
 
 TEST(DurabilityTest, ADrainedDaemonsSessionsComeBackAndContinueAsIfUninterrupted) {
   const std::string state_dir = testing::MakeTempDir("state");
-  Daemon daemon = Start(state_dir, {"--checkpoint_every_seconds=0"});  // only the drain checkpoints
-  ASSERT_NE(daemon.stub, nullptr);
-  const v1::GenerateArtifactsResponse artifacts = Generate(*daemon.stub);
+  auto daemon = testing::StartService({"--checkpoint_every_seconds=0"}, state_dir);  // only the drain checkpoints
+  ASSERT_NE(daemon, nullptr);
+  const v1::GenerateArtifactsResponse artifacts = Generate(*daemon->stub);
   const std::vector<std::string> reference = ReferenceTrajectory(artifacts, 6);
   v1::CreateSessionRequest create;
   create.set_artifact_id(artifacts.artifact_id());
   create.set_num_threads(kThreads);
   create.set_display_name("survivor");
   v1::Session session;
-  ASSERT_TRUE(Call(*daemon.stub, &Stub::CreateSession, create, &session).ok());
+  ASSERT_TRUE(Call(*daemon->stub, &Stub::CreateSession, create, &session).ok());
   v1::TrainStepResponse stepped;
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Call(*daemon.stub, &Stub::TrainStep, StepRequest(session.session_id()), &stepped).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Call(*daemon->stub, &Stub::TrainStep, StepRequest(session.session_id()), &stepped).ok());
   v1::UpdatePropertiesRequest properties;
   properties.set_session_id(session.session_id());
   (*properties.mutable_set())["epoch"].set_int_value(7);
   v1::UpdatePropertiesResponse updated;
-  ASSERT_TRUE(Call(*daemon.stub, &Stub::UpdateProperties, properties, &updated).ok());
+  ASSERT_TRUE(Call(*daemon->stub, &Stub::UpdateProperties, properties, &updated).ok());
   absl::Duration elapsed;
-  ASSERT_EQ(*daemon.process->SignalAndWait(SIGTERM, absl::Seconds(10), &elapsed), 0);
-  EXPECT_THAT(daemon.process->Log(), ::testing::HasSubstr("msg=\"sessions checkpointed\" sessions=1"));
+  ASSERT_EQ(*daemon->process->SignalAndWait(SIGTERM, absl::Seconds(10), &elapsed), 0);
+  EXPECT_THAT(daemon->process->Log(), ::testing::HasSubstr("msg=\"sessions checkpointed\" sessions=1"));
 
-  Daemon restarted = Start(state_dir);
-  ASSERT_NE(restarted.stub, nullptr);
+  auto restarted = testing::StartService({}, state_dir);
+  ASSERT_NE(restarted, nullptr);
   v1::GetSessionRequest get;
   get.set_session_id(session.session_id());
   v1::Session back;
-  ASSERT_TRUE(Call(*restarted.stub, &Stub::GetSession, get, &back).ok());
+  ASSERT_TRUE(Call(*restarted->stub, &Stub::GetSession, get, &back).ok());
   EXPECT_EQ(back.display_name(), "survivor");
   EXPECT_EQ(back.optimizer_step(), 3);
   EXPECT_EQ(back.properties().at("epoch").int_value(), 7);
   EXPECT_EQ(back.num_threads(), kThreads);
-  EXPECT_TRUE(Parameters(*restarted.stub, session.session_id()) == reference[3]);
+  EXPECT_TRUE(Parameters(*restarted->stub, session.session_id()) == reference[3]);
   for (int i = 3; i < 6; ++i) {
-    ASSERT_TRUE(Call(*restarted.stub, &Stub::TrainStep, StepRequest(session.session_id()), &stepped).ok());
+    ASSERT_TRUE(Call(*restarted->stub, &Stub::TrainStep, StepRequest(session.session_id()), &stepped).ok());
   }
-  EXPECT_TRUE(Parameters(*restarted.stub, session.session_id()) == reference[6]);
+  EXPECT_TRUE(Parameters(*restarted->stub, session.session_id()) == reference[6]);
   // Closed sessions stay closed.
   v1::CloseSessionRequest close;
   close.set_session_id(session.session_id());
   v1::CloseSessionResponse closed;
-  ASSERT_TRUE(Call(*restarted.stub, &Stub::CloseSession, close, &closed).ok());
-  ASSERT_EQ(*restarted.process->SignalAndWait(SIGTERM, absl::Seconds(10), &elapsed), 0);
-  Daemon third = Start(state_dir);
-  ASSERT_NE(third.stub, nullptr);
-  EXPECT_EQ(Call(*third.stub, &Stub::GetSession, get, &back).error_code(), grpc::NOT_FOUND);
+  ASSERT_TRUE(Call(*restarted->stub, &Stub::CloseSession, close, &closed).ok());
+  ASSERT_EQ(*restarted->process->SignalAndWait(SIGTERM, absl::Seconds(10), &elapsed), 0);
+  auto third = testing::StartService({}, state_dir);
+  ASSERT_NE(third, nullptr);
+  EXPECT_EQ(Call(*third->stub, &Stub::GetSession, get, &back).error_code(), grpc::NOT_FOUND);
 }
 
 TEST(DurabilityTest, KillNineAtRandomMomentsFiftyTimesLosesNoAcknowledgedState) {
   const std::string state_dir = testing::MakeTempDir("state");
   const std::vector<std::string> flags = {"--checkpoint_every_steps=1", "--checkpoint_every_seconds=0"};
-  Daemon daemon = Start(state_dir, flags);
-  ASSERT_NE(daemon.stub, nullptr);
-  const v1::GenerateArtifactsResponse artifacts = Generate(*daemon.stub);
+  auto daemon = testing::StartService(flags, state_dir);
+  ASSERT_NE(daemon, nullptr);
+  const v1::GenerateArtifactsResponse artifacts = Generate(*daemon->stub);
   constexpr int kRounds = 50, kMaxStepsPerRound = 3;
   const std::vector<std::string> reference = ReferenceTrajectory(artifacts, kRounds * kMaxStepsPerRound + 1);
   v1::CreateSessionRequest create;
   create.set_artifact_id(artifacts.artifact_id());
   create.set_num_threads(kThreads);
   v1::Session session;
-  ASSERT_TRUE(Call(*daemon.stub, &Stub::CreateSession, create, &session).ok());
+  ASSERT_TRUE(Call(*daemon->stub, &Stub::CreateSession, create, &session).ok());
   const std::string id = session.session_id();
 
   std::mt19937 random(20261124);
@@ -221,7 +188,7 @@ TEST(DurabilityTest, KillNineAtRandomMomentsFiftyTimesLosesNoAcknowledgedState) 
     std::thread client([&, steps = 1 + static_cast<int>(random() % kMaxStepsPerRound), name = absl::StrCat("save-", round)] {
       for (int i = 0; i < steps; ++i) {
         v1::TrainStepResponse response;
-        if (!Call(*daemon.stub, &Stub::TrainStep, StepRequest(id), &response).ok()) return;
+        if (!Call(*daemon->stub, &Stub::TrainStep, StepRequest(id), &response).ok()) return;
         acked = response.optimizer_step();
         first_acknowledged = true;
         if (i == 0) {
@@ -230,7 +197,7 @@ TEST(DurabilityTest, KillNineAtRandomMomentsFiftyTimesLosesNoAcknowledgedState) 
           save.set_name(name);
           save.set_include_optimizer_state(true);
           v1::SaveCheckpointResponse saved;
-          if (!Call(*daemon.stub, &Stub::SaveCheckpoint, save, &saved).ok()) return;
+          if (!Call(*daemon->stub, &Stub::SaveCheckpoint, save, &saved).ok()) return;
           saves[name] = saved.sha256_hex();
         }
       }
@@ -242,28 +209,28 @@ TEST(DurabilityTest, KillNineAtRandomMomentsFiftyTimesLosesNoAcknowledgedState) 
       while (!first_acknowledged && absl::Now() < deadline) absl::SleepFor(absl::Microseconds(200));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(random() % 60000));
-    ASSERT_EQ(::kill(daemon.process->pid(), SIGKILL), 0);
+    ASSERT_EQ(::kill(daemon->process->pid(), SIGKILL), 0);
     client.join();
     absl::Duration elapsed;
-    EXPECT_EQ(*daemon.process->SignalAndWait(0, absl::Seconds(10), &elapsed), 128 + SIGKILL);
+    EXPECT_EQ(*daemon->process->SignalAndWait(0, absl::Seconds(10), &elapsed), 128 + SIGKILL);
     for (const auto& [name, sha] : saves) acknowledged_saves[name] = sha;
     acknowledged_step = acked;
 
-    daemon = Start(state_dir, flags);
-    ASSERT_NE(daemon.stub, nullptr) << "the daemon did not restart";
+    daemon = testing::StartService(flags, state_dir);
+    ASSERT_NE(daemon, nullptr) << "the daemon did not restart";
     int64_t step = -1;
-    const std::string parameters = Parameters(*daemon.stub, id, &step);
+    const std::string parameters = Parameters(*daemon->stub, id, &step);
     // The checkpoint of a step is written before the step is answered: at most one unacknowledged step more.
     ASSERT_GE(step, acknowledged_step);
     ASSERT_LE(step, acknowledged_step + 1);
     ASSERT_TRUE(parameters == reference[step]) << "step " << step;
     acknowledged_step = step;
     for (const auto& [name, sha] : acknowledged_saves) {
-      const std::string bytes = ReadFile(state_dir + "/checkpoints/" + name);
+      const std::string bytes = testing::ReadWholeFile(state_dir + "/checkpoints/" + name);
       EXPECT_EQ(engine::Sha256Hex(bytes), sha) << name << " lost or torn";
     }
     for (const auto& entry : std::filesystem::directory_iterator(state_dir + "/checkpoints")) {
-      EXPECT_TRUE(engine::ParseCheckpoint(ReadFile(entry.path().string())).ok()) << entry.path() << " is torn";
+      EXPECT_TRUE(engine::ParseCheckpoint(testing::ReadWholeFile(entry.path().string())).ok()) << entry.path() << " is torn";
     }
   }
   EXPECT_GT(acknowledged_step, kRounds / 2);  // the rounds did train
@@ -272,16 +239,16 @@ TEST(DurabilityTest, KillNineAtRandomMomentsFiftyTimesLosesNoAcknowledgedState) 
 
 TEST(DurabilityTest, LeftoversOfInterruptedWritesAreRemovedAtStartUp) {
   const std::string state_dir = testing::MakeTempDir("state");
-  Daemon daemon = Start(state_dir);
-  ASSERT_NE(daemon.stub, nullptr);
-  const v1::GenerateArtifactsResponse artifacts = Generate(*daemon.stub);
+  auto daemon = testing::StartService({}, state_dir);
+  ASSERT_NE(daemon, nullptr);
+  const v1::GenerateArtifactsResponse artifacts = Generate(*daemon->stub);
   v1::CreateSessionRequest create;
   create.set_artifact_id(artifacts.artifact_id());
   v1::Session session;
-  ASSERT_TRUE(Call(*daemon.stub, &Stub::CreateSession, create, &session).ok());
-  ASSERT_EQ(::kill(daemon.process->pid(), SIGKILL), 0);
+  ASSERT_TRUE(Call(*daemon->stub, &Stub::CreateSession, create, &session).ok());
+  ASSERT_EQ(::kill(daemon->process->pid(), SIGKILL), 0);
   absl::Duration elapsed;
-  daemon.process->SignalAndWait(0, absl::Seconds(10), &elapsed).IgnoreError();
+  daemon->process->SignalAndWait(0, absl::Seconds(10), &elapsed).IgnoreError();
   const std::vector<std::string> leftovers = {
       state_dir + "/sessions/" + session.session_id() + "/checkpoint.tmp.99.0",
       state_dir + "/checkpoints/named.tmp.99.1", state_dir + "/blobs/upload.tmp.99.2",
@@ -290,13 +257,13 @@ TEST(DurabilityTest, LeftoversOfInterruptedWritesAreRemovedAtStartUp) {
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
     std::ofstream(path) << "half-written";
   }
-  daemon = Start(state_dir);
-  ASSERT_NE(daemon.stub, nullptr);
+  daemon = testing::StartService({}, state_dir);
+  ASSERT_NE(daemon, nullptr);
   for (const std::string& path : leftovers) EXPECT_FALSE(std::filesystem::exists(path)) << path;
   v1::GetSessionRequest get;
   get.set_session_id(session.session_id());
   v1::Session back;
-  EXPECT_TRUE(Call(*daemon.stub, &Stub::GetSession, get, &back).ok());
+  EXPECT_TRUE(Call(*daemon->stub, &Stub::GetSession, get, &back).ok());
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/testing/process.h"
+#include "tests/testing/service.h"
 #include "traind/v1/training_service.grpc.pb.h"
 
 namespace traind {
@@ -23,14 +24,7 @@ namespace {
 namespace v1 = ::traind::v1;
 using Stub = v1::TrainingService::Stub;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-}
-
-std::string Golden(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/tests/golden/data/mlp/", path);
-}
+std::string Golden(const std::string& path) { return testing::RunfilePath("tests/golden/data/mlp/" + path); }
 
 // URL-encodes a PromQL expression for a query string.
 std::string Encode(const std::string& text) {
@@ -77,7 +71,7 @@ TEST(PrometheusTest, AScrapingPrometheusAnswersAQueryForEveryMetric) {
     return method(&context, request, response);
   };
   v1::GenerateArtifactsRequest generate;
-  generate.mutable_model()->set_onnx_bytes(ReadFile(Golden("model.onnx")));
+  generate.mutable_model()->set_onnx_bytes(testing::ReadWholeFile(Golden("model.onnx")));
   generate.mutable_loss()->mutable_builtin()->set_type(v1::CROSS_ENTROPY);
   v1::GenerateArtifactsResponse artifacts;
   ASSERT_TRUE(call([&](auto* c, const auto& r, auto* o) { return stub->GenerateArtifacts(c, r, o); }, generate,
@@ -99,9 +93,9 @@ TEST(PrometheusTest, AScrapingPrometheusAnswersAQueryForEveryMetric) {
   v1::JobSpec spec;
   spec.set_artifact_id(artifacts.artifact_id());
   (*spec.mutable_train_data()->mutable_npy_blobs()->mutable_blob_ids())["input"] =
-      upload(ReadFile(Golden("inputs/input.npy")));
+      upload(testing::ReadWholeFile(Golden("inputs/input.npy")));
   (*spec.mutable_train_data()->mutable_npy_blobs()->mutable_blob_ids())["target"] =
-      upload(ReadFile(Golden("targets/target.npy")));
+      upload(testing::ReadWholeFile(Golden("targets/target.npy")));
   spec.set_epochs(100000);  // still running while Prometheus looks; cancelled at the end
   v1::Job job;
   ASSERT_TRUE(call([&](auto* c, const auto& r, auto* o) { return stub->SubmitJob(c, r, o); }, spec, &job).ok());

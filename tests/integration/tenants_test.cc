@@ -15,6 +15,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/testing/process.h"
+#include "tests/testing/service.h"
 #include "tests/testing/test_certs.h"
 #include "traind/v1/training_service.grpc.pb.h"
 
@@ -25,15 +26,7 @@ namespace v1 = ::traind::v1;
 using ::testing::HasSubstr;
 using Stub = v1::TrainingService::Stub;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-}
-
-std::string MlpModel() {
-  return ReadFile(absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"),
-                               "/tests/golden/data/mlp/model.onnx"));
-}
+std::string MlpModel() { return testing::ReadRunfile("tests/golden/data/mlp/model.onnx"); }
 
 std::string TenantsFile(const std::string& extra = "") {
   return absl::StrCat("[tenant alice]\ntoken_sha256 = ", engine::Sha256Hex("alice-secret"),
@@ -51,25 +44,14 @@ class TenantClient {
   template <typename Request, typename Response>
   grpc::Status Call(grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
                     const Request& request, Response* response) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    if (!token_.empty()) context.AddMetadata("authorization", "Bearer " + token_);
-    return ((*stub_).*method)(&context, request, response);
+    testing::CallOptions options;
+    options.token = token_;
+    return testing::Call(*stub_, method, request, response, options);
   }
 
   grpc::Status Upload(const std::string& content, std::string* blob_id) {
-    grpc::ClientContext context;
-    if (!token_.empty()) context.AddMetadata("authorization", "Bearer " + token_);
-    v1::UploadBlobResponse response;
-    auto writer = stub_->UploadBlob(&context, &response);
-    v1::UploadBlobRequest header, chunk;
-    header.mutable_header()->set_total_bytes(static_cast<int64_t>(content.size()));
-    chunk.set_chunk(content);
-    writer->Write(header);
-    writer->Write(chunk);
-    writer->WritesDone();
-    const grpc::Status status = writer->Finish();
-    *blob_id = response.blob_id();
+    grpc::Status status;
+    *blob_id = testing::Upload(*stub_, content, &status, token_);
     return status;
   }
 

@@ -31,6 +31,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/testing/process.h"
+#include "tests/testing/service.h"
 #include "traind/v1/training_service.grpc.pb.h"
 
 namespace traind {
@@ -42,69 +43,12 @@ using engine::NamedTensors;
 using engine::Tensor;
 using testing::DaemonProcess;
 using Stub = v1::TrainingService::Stub;
+using testing::Call;
 
 constexpr int kThreads = 2;  // the same in the daemon's sessions and in-process, so results can be bit-identical
 constexpr uint64_t kSeed = 1234;
 
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/", path);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-}
-
 // ---- The daemon and calls ----
-
-struct Daemon {
-  std::string state_dir;
-  std::unique_ptr<DaemonProcess> process;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<Stub> stub;
-};
-
-std::unique_ptr<Daemon> StartDaemon(std::vector<std::string> flags = {}) {
-  auto daemon = std::make_unique<Daemon>();
-  daemon->state_dir = testing::MakeTempDir("state");
-  flags.push_back("--state_dir=" + daemon->state_dir);
-  auto process = DaemonProcess::Start(flags);
-  EXPECT_TRUE(process.ok()) << process.status();
-  if (!process.ok()) return nullptr;
-  daemon->process = std::move(*process);
-  ConnectionOptions options;
-  options.address = daemon->process->grpc_address();
-  daemon->channel = *Connect(options);
-  daemon->stub = v1::TrainingService::NewStub(daemon->channel);
-  return daemon;
-}
-
-// One unary call with a deadline; `detail` (optional) receives the ErrorDetail of a failed call.
-template <typename Request, typename Response>
-grpc::Status Call(Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                  const Request& request, Response* response, v1::ErrorDetail* detail = nullptr) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-  const grpc::Status status = (stub.*method)(&context, request, response);
-  if (detail != nullptr) {
-    detail->Clear();
-    const auto& trailers = context.GetServerTrailingMetadata();
-    auto it = trailers.find("traind-error-detail-bin");
-    if (it != trailers.end()) detail->ParseFromString(std::string(it->second.data(), it->second.size()));
-  }
-  return status;
-}
-
-#define EXPECT_OK(status)                                                           \
-  do {                                                                               \
-    const grpc::Status s_ = (status);                                                \
-    EXPECT_TRUE(s_.ok()) << s_.error_code() << ": " << s_.error_message();           \
-  } while (0)
-#define ASSERT_OK(status)                                                           \
-  do {                                                                               \
-    const grpc::Status s_ = (status);                                                \
-    ASSERT_TRUE(s_.ok()) << s_.error_code() << ": " << s_.error_message();           \
-  } while (0)
 
 // ---- Tensors ----
 
@@ -142,7 +86,7 @@ bool SameBytes(const Tensor& a, const Tensor& b) {
 NamedTensors GoldenBatch(const std::string& name) {
   NamedTensors batch;
   for (const char* folder : {"inputs", "targets"}) {
-    for (const auto& entry : std::filesystem::directory_iterator(Runfile("tests/golden/data/" + name + "/" + folder))) {
+    for (const auto& entry : std::filesystem::directory_iterator(testing::RunfilePath("tests/golden/data/" + name + "/" + folder))) {
       auto tensor = engine::ReadNpy(entry.path().string());
       EXPECT_TRUE(tensor.ok()) << tensor.status();
       batch.emplace_back(entry.path().stem().string(), *tensor);
@@ -188,7 +132,7 @@ v1::OptimizerSpec SgdNesterov() {
 
 v1::GenerateArtifactsRequest ArtifactsRequest(const std::string& golden, const v1::OptimizerSpec& optimizer) {
   v1::GenerateArtifactsRequest request;
-  request.mutable_model()->set_onnx_bytes(ReadFile(Runfile("tests/golden/data/" + golden + "/model.onnx")));
+  request.mutable_model()->set_onnx_bytes(testing::ReadRunfile("tests/golden/data/" + golden + "/model.onnx"));
   v1::BuiltinLoss* loss = request.mutable_loss()->mutable_builtin();
   loss->set_type(v1::CROSS_ENTROPY);
   loss->set_output_name("logits");
@@ -257,7 +201,7 @@ float RemoteStep(Stub& stub, const std::string& session, const NamedTensors& bat
   request.set_session_id(session);
   AddInputs(batch, request.mutable_inputs());
   v1::TrainStepResponse response;
-  EXPECT_OK(Call(stub, &Stub::TrainStep, request, &response));
+  EXPECT_GRPC_OK(Call(stub, &Stub::TrainStep, request, &response));
   EXPECT_FALSE(response.skipped()) << response.skip_reason();
   return response.loss();
 }
@@ -268,7 +212,7 @@ v1::GetParametersResponse RemoteParameters(Stub& stub, const std::string& sessio
   request.set_session_id(session);
   request.set_include_gradients(true);
   v1::GetParametersResponse response;
-  EXPECT_OK(Call(stub, &Stub::GetParameters, request, &response));
+  EXPECT_GRPC_OK(Call(stub, &Stub::GetParameters, request, &response));
   return response;
 }
 
@@ -291,7 +235,7 @@ Observed Observe(Stub& stub, const std::string& session) {
   v1::GetSessionRequest request;
   request.set_session_id(session);
   v1::Session info;
-  EXPECT_OK(Call(stub, &Stub::GetSession, request, &info));
+  EXPECT_GRPC_OK(Call(stub, &Stub::GetSession, request, &info));
   observed.step = info.optimizer_step();
   observed.learning_rate = info.learning_rate();
   return observed;
@@ -307,20 +251,20 @@ struct GoldenCase {
 class GoldenOverGrpcTest : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(GoldenOverGrpcTest, LossGradientsAndFiveStepsEqualTheInProcessEngineBitForBit) {
-  auto daemon = StartDaemon();
+  auto daemon = testing::StartService();
   ASSERT_NE(daemon, nullptr);
   Stub& stub = *daemon->stub;
   const v1::GenerateArtifactsRequest artifacts_request =
       ArtifactsRequest(GetParam().model, GetParam().adamw ? AdamW() : SgdNesterov());
   v1::GenerateArtifactsResponse artifacts;
-  ASSERT_OK(Call(stub, &Stub::GenerateArtifacts, artifacts_request, &artifacts));
+  ASSERT_GRPC_OK(Call(stub, &Stub::GenerateArtifacts, artifacts_request, &artifacts));
   ASSERT_EQ(artifacts.files_size(), 4);
   EXPECT_THAT(artifacts.training_output_names(), ::testing::ElementsAre("loss", "logits"));
   auto local = InProcessTrainer(artifacts);
   ASSERT_NE(local, nullptr);
 
   v1::Session session;
-  ASSERT_OK(Call(stub, &Stub::CreateSession, SessionRequest(artifacts.artifact_id()), &session));
+  ASSERT_GRPC_OK(Call(stub, &Stub::CreateSession, SessionRequest(artifacts.artifact_id()), &session));
   EXPECT_EQ(session.trainable_parameter_count(), local->module->GetParametersSize(true));
   EXPECT_TRUE(session.has_optimizer());
   EXPECT_EQ(session.learning_rate(), local->step->GetLearningRate());
@@ -333,7 +277,7 @@ TEST_P(GoldenOverGrpcTest, LossGradientsAndFiveStepsEqualTheInProcessEngineBitFo
   accumulate.add_fetch_outputs("logits");
   AddInputs(batch, accumulate.mutable_inputs());
   v1::TrainStepResponse remote;
-  ASSERT_OK(Call(stub, &Stub::TrainStep, accumulate, &remote));
+  ASSERT_GRPC_OK(Call(stub, &Stub::TrainStep, accumulate, &remote));
   auto outputs = local->module->TrainStep(batch);
   ASSERT_TRUE(outputs.ok()) << outputs.status();
   EXPECT_EQ(remote.loss(), *(*outputs)[0].second.data<float>());
@@ -347,7 +291,7 @@ TEST_P(GoldenOverGrpcTest, LossGradientsAndFiveStepsEqualTheInProcessEngineBitFo
     if (parameter.requires_grad) by_name.add_names(parameter.name);
   }
   v1::GetParametersResponse gradients;
-  ASSERT_OK(Call(stub, &Stub::GetParameters, by_name, &gradients));
+  ASSERT_GRPC_OK(Call(stub, &Stub::GetParameters, by_name, &gradients));
   ASSERT_EQ(gradients.gradients_size(), by_name.names_size());
   for (int i = 0; i < by_name.names_size(); ++i) {
     const engine::Parameter* parameter = nullptr;
@@ -364,12 +308,12 @@ TEST_P(GoldenOverGrpcTest, LossGradientsAndFiveStepsEqualTheInProcessEngineBitFo
   v1::OptimizerStepRequest step_request;
   step_request.set_session_id(session.session_id());
   v1::OptimizerStepResponse stepped;
-  ASSERT_OK(Call(stub, &Stub::OptimizerStep, step_request, &stepped));
+  ASSERT_GRPC_OK(Call(stub, &Stub::OptimizerStep, step_request, &stepped));
   EXPECT_EQ(stepped.optimizer_step(), 1);
   v1::LazyResetGradRequest reset;
   reset.set_session_id(session.session_id());
   v1::LazyResetGradResponse reset_response;
-  ASSERT_OK(Call(stub, &Stub::LazyResetGrad, reset, &reset_response));
+  ASSERT_GRPC_OK(Call(stub, &Stub::LazyResetGrad, reset, &reset_response));
   ASSERT_TRUE(local->step->Step().ok());
   local->module->LazyResetGrad();
   for (int step = 0; step < 5; ++step) {
@@ -395,10 +339,10 @@ INSTANTIATE_TEST_SUITE_P(Golden, GoldenOverGrpcTest,
 // ---- Concurrency ----
 
 TEST(ConcurrencyTest, TwoSessionsTrainedAtOnceFromTwoClientsEqualSerialTraining) {
-  auto daemon = StartDaemon({"--max_concurrent_steps=2"});
+  auto daemon = testing::StartService({"--max_concurrent_steps=2"});
   ASSERT_NE(daemon, nullptr);
   v1::GenerateArtifactsResponse artifacts;
-  ASSERT_OK(Call(*daemon->stub, &Stub::GenerateArtifacts, ArtifactsRequest("cnn_bn_maxpool", AdamW()), &artifacts));
+  ASSERT_GRPC_OK(Call(*daemon->stub, &Stub::GenerateArtifacts, ArtifactsRequest("cnn_bn_maxpool", AdamW()), &artifacts));
   const NamedTensors batch = GoldenBatch("cnn_bn_maxpool");
   auto train = [&](Stub& stub, const std::string& session, float base) {
     for (int step = 0; step < 6; ++step) RemoteStep(stub, session, Scaled(batch, base + 0.05f * step));
@@ -406,7 +350,7 @@ TEST(ConcurrencyTest, TwoSessionsTrainedAtOnceFromTwoClientsEqualSerialTraining)
   std::vector<std::string> ids;
   for (int i = 0; i < 4; ++i) {
     v1::Session session;
-    ASSERT_OK(Call(*daemon->stub, &Stub::CreateSession, SessionRequest(artifacts.artifact_id()), &session));
+    ASSERT_GRPC_OK(Call(*daemon->stub, &Stub::CreateSession, SessionRequest(artifacts.artifact_id()), &session));
     ids.push_back(session.session_id());
   }
   // Sessions 0 and 1 one after the other; 2 and 3 at once, each from its own client (channel).
@@ -426,7 +370,7 @@ TEST(ConcurrencyTest, TwoSessionsTrainedAtOnceFromTwoClientsEqualSerialTraining)
   EXPECT_TRUE(Observe(*daemon->stub, ids[1]) == Observe(*daemon->stub, ids[3]));
   EXPECT_FALSE(Observe(*daemon->stub, ids[0]) == Observe(*daemon->stub, ids[1]));
   v1::ListSessionsResponse list;
-  ASSERT_OK(Call(*daemon->stub, &Stub::ListSessions, v1::ListSessionsRequest(), &list));
+  ASSERT_GRPC_OK(Call(*daemon->stub, &Stub::ListSessions, v1::ListSessionsRequest(), &list));
   EXPECT_EQ(list.sessions_size(), 4);
   for (const v1::Session& session : list.sessions()) EXPECT_EQ(session.train_steps(), 6);
 }
@@ -434,17 +378,17 @@ TEST(ConcurrencyTest, TwoSessionsTrainedAtOnceFromTwoClientsEqualSerialTraining)
 // ---- Checkpoints ----
 
 TEST(CheckpointTest, SaveCloseCreateFromTheCheckpointAndContinueEqualsUninterruptedTraining) {
-  auto daemon = StartDaemon();
+  auto daemon = testing::StartService();
   ASSERT_NE(daemon, nullptr);
   Stub& stub = *daemon->stub;
   v1::GenerateArtifactsResponse artifacts;
-  ASSERT_OK(Call(stub, &Stub::GenerateArtifacts, ArtifactsRequest("cnn_bn_maxpool", AdamW()), &artifacts));
+  ASSERT_GRPC_OK(Call(stub, &Stub::GenerateArtifacts, ArtifactsRequest("cnn_bn_maxpool", AdamW()), &artifacts));
   const NamedTensors batch = GoldenBatch("cnn_bn_maxpool");
   v1::CreateSessionRequest create = SessionRequest(artifacts.artifact_id());
   create.mutable_scheduler()->mutable_cosine()->set_warmup_steps(1);
   create.mutable_scheduler()->mutable_cosine()->set_total_steps(8);
   v1::Session first;
-  ASSERT_OK(Call(stub, &Stub::CreateSession, create, &first));
+  ASSERT_GRPC_OK(Call(stub, &Stub::CreateSession, create, &first));
   EXPECT_EQ(first.scheduler(), "cosine_with_warmup");
   for (int step = 0; step < 3; ++step) RemoteStep(stub, first.session_id(), Scaled(batch, 1.0f + 0.1f * step));
   v1::SaveCheckpointRequest save;
@@ -453,7 +397,7 @@ TEST(CheckpointTest, SaveCloseCreateFromTheCheckpointAndContinueEqualsUninterrup
   save.set_include_optimizer_state(true);
   save.set_return_bytes(true);
   v1::SaveCheckpointResponse saved;
-  ASSERT_OK(Call(stub, &Stub::SaveCheckpoint, save, &saved));
+  ASSERT_GRPC_OK(Call(stub, &Stub::SaveCheckpoint, save, &saved));
   EXPECT_EQ(saved.sha256_hex(), engine::Sha256Hex(saved.content()));
   EXPECT_TRUE(std::filesystem::exists(daemon->state_dir + "/checkpoints/after-3_steps.v1"));
   std::vector<float> losses;
@@ -464,7 +408,7 @@ TEST(CheckpointTest, SaveCloseCreateFromTheCheckpointAndContinueEqualsUninterrup
   v1::CloseSessionRequest close;
   close.set_session_id(first.session_id());
   v1::CloseSessionResponse closed;
-  ASSERT_OK(Call(stub, &Stub::CloseSession, close, &closed));
+  ASSERT_GRPC_OK(Call(stub, &Stub::CloseSession, close, &closed));
   v1::GetSessionRequest get;
   get.set_session_id(first.session_id());
   v1::Session gone;
@@ -476,7 +420,7 @@ TEST(CheckpointTest, SaveCloseCreateFromTheCheckpointAndContinueEqualsUninterrup
   v1::CreateSessionRequest resume = SessionRequest(artifacts.artifact_id());
   resume.set_checkpoint_name("after-3_steps.v1");
   v1::Session resumed;
-  ASSERT_OK(Call(stub, &Stub::CreateSession, resume, &resumed));
+  ASSERT_GRPC_OK(Call(stub, &Stub::CreateSession, resume, &resumed));
   EXPECT_EQ(resumed.optimizer_step(), 3);
   EXPECT_EQ(resumed.scheduler(), "cosine_with_warmup");
   for (int step = 3; step < 6; ++step) {
@@ -486,13 +430,13 @@ TEST(CheckpointTest, SaveCloseCreateFromTheCheckpointAndContinueEqualsUninterrup
 
   // ONNX Runtime's pattern: load the checkpoint into a live session that has trained on.
   v1::Session live;
-  ASSERT_OK(Call(stub, &Stub::CreateSession, SessionRequest(artifacts.artifact_id()), &live));
+  ASSERT_GRPC_OK(Call(stub, &Stub::CreateSession, SessionRequest(artifacts.artifact_id()), &live));
   RemoteStep(stub, live.session_id(), batch);
   v1::LoadCheckpointRequest load;
   load.set_session_id(live.session_id());
   load.set_content(saved.content());
   v1::LoadCheckpointResponse loaded;
-  ASSERT_OK(Call(stub, &Stub::LoadCheckpoint, load, &loaded));
+  ASSERT_GRPC_OK(Call(stub, &Stub::LoadCheckpoint, load, &loaded));
   EXPECT_EQ(loaded.session().optimizer_step(), 3);
   for (int step = 3; step < 6; ++step) RemoteStep(stub, live.session_id(), Scaled(batch, 1.0f + 0.1f * step));
   EXPECT_TRUE(Observe(stub, live.session_id()) == uninterrupted);
@@ -500,39 +444,21 @@ TEST(CheckpointTest, SaveCloseCreateFromTheCheckpointAndContinueEqualsUninterrup
 
 // ---- Uploaded artifacts, the ORT-style three phases, schedulers ----
 
-grpc::Status Upload(Stub& stub, const std::string& content, std::string* blob_id) {
-  grpc::ClientContext context;
-  v1::UploadBlobResponse response;
-  auto writer = stub.UploadBlob(&context, &response);
-  v1::UploadBlobRequest header;
-  header.mutable_header()->set_total_bytes(static_cast<int64_t>(content.size()));
-  writer->Write(header);
-  for (size_t offset = 0; offset < content.size(); offset += 1 << 20) {
-    v1::UploadBlobRequest chunk;
-    chunk.set_chunk(content.substr(offset, 1 << 20));
-    if (!writer->Write(chunk)) break;
-  }
-  writer->WritesDone();
-  const grpc::Status status = writer->Finish();
-  *blob_id = response.blob_id();
-  return status;
-}
-
 TEST(UploadedArtifactsTest, ASessionFromUploadedFilesTrainsLikeOneFromTheArtifactId) {
-  auto daemon = StartDaemon();
+  auto daemon = testing::StartService();
   ASSERT_NE(daemon, nullptr);
   Stub& stub = *daemon->stub;
   v1::GenerateArtifactsResponse artifacts;
-  ASSERT_OK(Call(stub, &Stub::GenerateArtifacts, ArtifactsRequest("mlp", SgdNesterov()), &artifacts));
+  ASSERT_GRPC_OK(Call(stub, &Stub::GenerateArtifacts, ArtifactsRequest("mlp", SgdNesterov()), &artifacts));
   v1::CreateSessionRequest create;
   create.set_num_threads(kThreads);
   std::map<std::string, std::string> blobs;
   for (const v1::ArtifactFile& file : artifacts.files()) {
-    ASSERT_OK(Upload(stub, file.content(), &blobs[file.kind()]));
+    blobs[file.kind()] = testing::Upload(stub, file.content());
     v1::GetBlobInfoRequest info_request;
     info_request.set_blob_id(blobs[file.kind()]);
     v1::UploadBlobResponse info;
-    ASSERT_OK(Call(stub, &Stub::GetBlobInfo, info_request, &info));
+    ASSERT_GRPC_OK(Call(stub, &Stub::GetBlobInfo, info_request, &info));
     EXPECT_EQ(info.total_bytes(), file.size_bytes());
     EXPECT_EQ(info.sha256_hex(), file.sha256_hex());
   }
@@ -541,8 +467,8 @@ TEST(UploadedArtifactsTest, ASessionFromUploadedFilesTrainsLikeOneFromTheArtifac
   create.mutable_uploaded()->set_optimizer_model_blob_id(blobs["optimizer_model"]);
   create.mutable_uploaded()->set_checkpoint_blob_id(blobs["checkpoint"]);
   v1::Session uploaded, by_id;
-  ASSERT_OK(Call(stub, &Stub::CreateSession, create, &uploaded));
-  ASSERT_OK(Call(stub, &Stub::CreateSession, SessionRequest(artifacts.artifact_id()), &by_id));
+  ASSERT_GRPC_OK(Call(stub, &Stub::CreateSession, create, &uploaded));
+  ASSERT_GRPC_OK(Call(stub, &Stub::CreateSession, SessionRequest(artifacts.artifact_id()), &by_id));
   EXPECT_EQ(uploaded.learning_rate(), 5e-2f);  // the optimizer model records the artifacts' learning rate
   const NamedTensors batch = GoldenBatch("mlp");
   for (int step = 0; step < 3; ++step) {
@@ -552,15 +478,15 @@ TEST(UploadedArtifactsTest, ASessionFromUploadedFilesTrainsLikeOneFromTheArtifac
     accumulate.set_accumulate_only(true);
     AddInputs(batch, accumulate.mutable_inputs());
     v1::TrainStepResponse response;
-    ASSERT_OK(Call(stub, &Stub::TrainStep, accumulate, &response));
+    ASSERT_GRPC_OK(Call(stub, &Stub::TrainStep, accumulate, &response));
     v1::OptimizerStepRequest step_request;
     step_request.set_session_id(uploaded.session_id());
     v1::OptimizerStepResponse stepped;
-    ASSERT_OK(Call(stub, &Stub::OptimizerStep, step_request, &stepped));
+    ASSERT_GRPC_OK(Call(stub, &Stub::OptimizerStep, step_request, &stepped));
     v1::LazyResetGradRequest reset;
     reset.set_session_id(uploaded.session_id());
     v1::LazyResetGradResponse reset_response;
-    ASSERT_OK(Call(stub, &Stub::LazyResetGrad, reset, &reset_response));
+    ASSERT_GRPC_OK(Call(stub, &Stub::LazyResetGrad, reset, &reset_response));
     EXPECT_EQ(response.loss(), RemoteStep(stub, by_id.session_id(), batch));
   }
   EXPECT_EQ(Observe(stub, uploaded.session_id()).parameters, Observe(stub, by_id.session_id()).parameters);
@@ -573,23 +499,23 @@ TEST(UploadedArtifactsTest, ASessionFromUploadedFilesTrainsLikeOneFromTheArtifac
   schedule.set_initial_learning_rate(0.1f);
   schedule.set_manual_step(true);
   v1::SetSchedulerResponse scheduled;
-  ASSERT_OK(Call(stub, &Stub::SetScheduler, schedule, &scheduled));
+  ASSERT_GRPC_OK(Call(stub, &Stub::SetScheduler, schedule, &scheduled));
   EXPECT_EQ(scheduled.learning_rate().learning_rate(), 0.1f);
   v1::SchedulerStepRequest scheduler_step;
   scheduler_step.set_session_id(uploaded.session_id());
   v1::LearningRate rate;
-  ASSERT_OK(Call(stub, &Stub::SchedulerStep, scheduler_step, &rate));
+  ASSERT_GRPC_OK(Call(stub, &Stub::SchedulerStep, scheduler_step, &rate));
   EXPECT_EQ(rate.optimizer_step(), 3);
   EXPECT_FLOAT_EQ(rate.learning_rate(), 0.1f * 7.0f / 8.0f);  // (10 - 3) / (10 - 2)
   RemoteStep(stub, uploaded.session_id(), batch);
   v1::GetLearningRateRequest get_rate;
   get_rate.set_session_id(uploaded.session_id());
-  ASSERT_OK(Call(stub, &Stub::GetLearningRate, get_rate, &rate));
+  ASSERT_GRPC_OK(Call(stub, &Stub::GetLearningRate, get_rate, &rate));
   EXPECT_FLOAT_EQ(rate.learning_rate(), 0.1f * 7.0f / 8.0f);  // unchanged by the optimizer step
   v1::SetLearningRateRequest set_rate;
   set_rate.set_session_id(uploaded.session_id());
   set_rate.set_learning_rate(0.25f);
-  ASSERT_OK(Call(stub, &Stub::SetLearningRate, set_rate, &rate));
+  ASSERT_GRPC_OK(Call(stub, &Stub::SetLearningRate, set_rate, &rate));
   EXPECT_EQ(rate.learning_rate(), 0.25f);
 
   // Properties travel with the session and its checkpoints.
@@ -598,13 +524,13 @@ TEST(UploadedArtifactsTest, ASessionFromUploadedFilesTrainsLikeOneFromTheArtifac
   (*properties.mutable_set())["epoch"].set_int_value(3);
   (*properties.mutable_set())["note"].set_string_value("fine-tuned");
   v1::UpdatePropertiesResponse updated;
-  ASSERT_OK(Call(stub, &Stub::UpdateProperties, properties, &updated));
+  ASSERT_GRPC_OK(Call(stub, &Stub::UpdateProperties, properties, &updated));
   EXPECT_EQ(updated.properties().at("epoch").int_value(), 3);
   v1::SaveCheckpointRequest save;
   save.set_session_id(uploaded.session_id());
   save.set_return_bytes(true);
   v1::SaveCheckpointResponse saved;
-  ASSERT_OK(Call(stub, &Stub::SaveCheckpoint, save, &saved));
+  ASSERT_GRPC_OK(Call(stub, &Stub::SaveCheckpoint, save, &saved));
   auto state = engine::ParseCheckpoint(saved.content());
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_EQ(std::get<std::string>(state->properties.at("note")), "fine-tuned");
@@ -614,13 +540,13 @@ TEST(UploadedArtifactsTest, ASessionFromUploadedFilesTrainsLikeOneFromTheArtifac
 // ---- Export ----
 
 TEST(ExportTest, TheExportedModelGivesEvalsOutputsInTheEngineAndInOnnxRuntime) {
-  auto daemon = StartDaemon();
+  auto daemon = testing::StartService();
   ASSERT_NE(daemon, nullptr);
   Stub& stub = *daemon->stub;
   v1::GenerateArtifactsResponse artifacts;
-  ASSERT_OK(Call(stub, &Stub::GenerateArtifacts, ArtifactsRequest("cnn_bn_maxpool", SgdNesterov()), &artifacts));
+  ASSERT_GRPC_OK(Call(stub, &Stub::GenerateArtifacts, ArtifactsRequest("cnn_bn_maxpool", SgdNesterov()), &artifacts));
   v1::Session session;
-  ASSERT_OK(Call(stub, &Stub::CreateSession, SessionRequest(artifacts.artifact_id()), &session));
+  ASSERT_GRPC_OK(Call(stub, &Stub::CreateSession, SessionRequest(artifacts.artifact_id()), &session));
   const NamedTensors batch = GoldenBatch("cnn_bn_maxpool");
   for (int step = 0; step < 2; ++step) RemoteStep(stub, session.session_id(), batch);
   v1::EvalRequest eval_request;
@@ -628,13 +554,13 @@ TEST(ExportTest, TheExportedModelGivesEvalsOutputsInTheEngineAndInOnnxRuntime) {
   eval_request.add_fetch_outputs("logits");
   AddInputs(batch, eval_request.mutable_inputs());
   v1::EvalResponse eval;
-  ASSERT_OK(Call(stub, &Stub::Eval, eval_request, &eval));
+  ASSERT_GRPC_OK(Call(stub, &Stub::Eval, eval_request, &eval));
   const Tensor logits = FromWire(eval.outputs(0));
 
   v1::ExportForInferenceRequest export_request;
   export_request.set_session_id(session.session_id());
   v1::ExportForInferenceResponse exported;
-  ASSERT_OK(Call(stub, &Stub::ExportForInference, export_request, &exported));
+  ASSERT_GRPC_OK(Call(stub, &Stub::ExportForInference, export_request, &exported));
   EXPECT_EQ(exported.sha256_hex(), engine::Sha256Hex(exported.onnx_model()));
   auto model = engine::LoadModelFromBytes(exported.onnx_model());
   ASSERT_TRUE(model.ok()) << model.status();
@@ -652,7 +578,7 @@ TEST(ExportTest, TheExportedModelGivesEvalsOutputsInTheEngineAndInOnnxRuntime) {
   }
 
   // onnxruntime-node, the independent peer (bench/setup_peers.sh installs it), within atol 1e-5.
-  const std::string script = Runfile("engine/training/testdata/run_with_onnxruntime.js");
+  const std::string script = testing::RunfilePath("engine/training/testdata/run_with_onnxruntime.js");
   std::error_code error;
   const std::filesystem::path source = std::filesystem::canonical(script, error);
   std::string ort_dir = std::getenv("ORT_NODE_DIR") ? std::getenv("ORT_NODE_DIR") : "";
@@ -670,8 +596,8 @@ TEST(ExportTest, TheExportedModelGivesEvalsOutputsInTheEngineAndInOnnxRuntime) {
   const std::string command = absl::StrCat("node '", script, "' '", ort_dir, "' '", dir, "/model.onnx' ",
                                            batch[0].first, " '", dir, "/input.f32' ", dims, " logits '", dir,
                                            "/logits.f32' > '", dir, "/ort.log' 2>&1");
-  ASSERT_EQ(std::system(command.c_str()), 0) << command << "\n" << ReadFile(dir + "/ort.log");
-  const std::string ort_logits = ReadFile(dir + "/logits.f32");
+  ASSERT_EQ(std::system(command.c_str()), 0) << command << "\n" << testing::ReadWholeFile(dir + "/ort.log");
+  const std::string ort_logits = testing::ReadWholeFile(dir + "/logits.f32");
   ASSERT_EQ(ort_logits.size(), logits.byte_size());
   for (int64_t i = 0; i < logits.num_elements(); ++i) {
     float value;

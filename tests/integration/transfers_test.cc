@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "tests/testing/process.h"
+#include "tests/testing/service.h"
 #include "traind/v1/training_service.grpc.pb.h"
 
 namespace traind {
@@ -24,20 +25,7 @@ namespace {
 namespace v1 = ::traind::v1;
 using ::testing::HasSubstr;
 using Stub = v1::TrainingService::Stub;
-
-template <typename Request, typename Response>
-grpc::Status Call(Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                  const Request& request, Response* response) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
-  return (stub.*method)(&context, request, response);
-}
-
-#define ASSERT_OK(expression)                                                              \
-  do {                                                                                     \
-    const grpc::Status status_ = (expression);                                             \
-    ASSERT_TRUE(status_.ok()) << status_.error_code() << ": " << status_.error_message(); \
-  } while (0)
+using testing::Call;
 
 // y = x W + b with W [n, n]: n = 5200 makes W 108 MB.
 std::string GemmModel(int64_t n) {
@@ -153,7 +141,7 @@ TEST(TransfersTest, AModelOver100MiBGoesUpAndItsArtifactsCheckpointsAndExportCom
   generate.set_return_artifact_bytes(true);  // the checkpoint alone is over the message limit
   EXPECT_EQ(Call(*stub, &Stub::GenerateArtifacts, generate, &artifacts).error_code(), grpc::RESOURCE_EXHAUSTED);
   generate.set_return_artifact_bytes(false);
-  ASSERT_OK(Call(*stub, &Stub::GenerateArtifacts, generate, &artifacts));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::GenerateArtifacts, generate, &artifacts));
 
   v1::DownloadRequest checkpoint_file;
   checkpoint_file.mutable_artifact_file()->set_artifact_id(artifacts.artifact_id());
@@ -174,15 +162,15 @@ TEST(TransfersTest, AModelOver100MiBGoesUpAndItsArtifactsCheckpointsAndExportCom
   v1::CreateSessionRequest create;
   create.set_artifact_id(artifacts.artifact_id());
   v1::Session session;
-  ASSERT_OK(Call(*stub, &Stub::CreateSession, create, &session));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::CreateSession, create, &session));
   v1::TrainStepResponse stepped;
-  ASSERT_OK(Call(*stub, &Stub::TrainStep, Batch(session.session_id(), n), &stepped));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::TrainStep, Batch(session.session_id(), n), &stepped));
   v1::SaveCheckpointRequest save;
   save.set_session_id(session.session_id());
   save.set_name("big");
   save.set_include_optimizer_state(true);
   v1::SaveCheckpointResponse saved;
-  ASSERT_OK(Call(*stub, &Stub::SaveCheckpoint, save, &saved));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::SaveCheckpoint, save, &saved));
   EXPECT_GT(saved.size_bytes(), 300 << 20);  // parameters and two AdamW moments
   v1::DownloadRequest named;
   named.set_checkpoint_name("big");
@@ -211,12 +199,12 @@ TEST(TransfersTest, TrainStreamTrainsAsTrainStepDoesOneAnswerPerRequestInOrder) 
   generate.mutable_model()->set_onnx_bytes(GemmModel(16));
   generate.mutable_loss()->mutable_builtin()->set_type(v1::MSE);
   v1::GenerateArtifactsResponse artifacts;
-  ASSERT_OK(Call(*stub, &Stub::GenerateArtifacts, generate, &artifacts));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::GenerateArtifacts, generate, &artifacts));
   v1::CreateSessionRequest create;
   create.set_artifact_id(artifacts.artifact_id());
   v1::Session streamed, stepped;
-  ASSERT_OK(Call(*stub, &Stub::CreateSession, create, &streamed));
-  ASSERT_OK(Call(*stub, &Stub::CreateSession, create, &stepped));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::CreateSession, create, &streamed));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::CreateSession, create, &stepped));
 
   grpc::ClientContext context;
   auto stream = stub->TrainStream(&context);
@@ -227,12 +215,12 @@ TEST(TransfersTest, TrainStreamTrainsAsTrainStepDoesOneAnswerPerRequestInOrder) 
     ASSERT_TRUE(stream->Read(&answer));
     EXPECT_EQ(answer.sequence(), i);
     v1::TrainStepResponse reference;
-    ASSERT_OK(Call(*stub, &Stub::TrainStep, Batch(stepped.session_id(), 16), &reference));
+    ASSERT_GRPC_OK(Call(*stub, &Stub::TrainStep, Batch(stepped.session_id(), 16), &reference));
     EXPECT_EQ(answer.step().loss(), reference.loss()) << i;
     EXPECT_EQ(answer.step().optimizer_step(), i + 1);
   }
   stream->WritesDone();
-  ASSERT_OK(stream->Finish());
+  ASSERT_GRPC_OK(stream->Finish());
 
   // A stream must name its session first, and trains one session.
   grpc::ClientContext anonymous_context;
@@ -268,15 +256,15 @@ TEST(TransfersTest, StoredArtifactsAndCheckpointsAreListedAndDeleted) {
   generate.mutable_loss()->mutable_builtin()->set_type(v1::MSE);
   generate.set_prefix("tiny_");
   v1::GenerateArtifactsResponse first, second;
-  ASSERT_OK(Call(*stub, &Stub::GenerateArtifacts, generate, &first));
-  ASSERT_OK(Call(*stub, &Stub::GenerateArtifacts, generate, &second));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::GenerateArtifacts, generate, &first));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::GenerateArtifacts, generate, &second));
   v1::ListArtifactsResponse list;
-  ASSERT_OK(Call(*stub, &Stub::ListArtifacts, v1::ListArtifactsRequest(), &list));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::ListArtifacts, v1::ListArtifactsRequest(), &list));
   ASSERT_EQ(list.artifacts_size(), 2);
   v1::GetArtifactRequest get;
   get.set_artifact_id(first.artifact_id());
   v1::ArtifactSet set;
-  ASSERT_OK(Call(*stub, &Stub::GetArtifact, get, &set));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::GetArtifact, get, &set));
   ASSERT_EQ(set.files_size(), 4);
   EXPECT_EQ(set.files(0).file_name(), "tiny_training_model.onnx");
   EXPECT_EQ(set.files(3).sha256_hex(), first.files(3).sha256_hex());
@@ -284,7 +272,7 @@ TEST(TransfersTest, StoredArtifactsAndCheckpointsAreListedAndDeleted) {
   v1::CreateSessionRequest create;
   create.set_artifact_id(first.artifact_id());
   v1::Session session;
-  ASSERT_OK(Call(*stub, &Stub::CreateSession, create, &session));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::CreateSession, create, &session));
   v1::DeleteArtifactRequest remove;
   remove.set_artifact_id(first.artifact_id());
   v1::DeleteArtifactResponse removed;
@@ -294,26 +282,26 @@ TEST(TransfersTest, StoredArtifactsAndCheckpointsAreListedAndDeleted) {
     save.set_session_id(session.session_id());
     save.set_name(name);
     v1::SaveCheckpointResponse saved;
-    ASSERT_OK(Call(*stub, &Stub::SaveCheckpoint, save, &saved));
+    ASSERT_GRPC_OK(Call(*stub, &Stub::SaveCheckpoint, save, &saved));
   }
   v1::ListCheckpointsResponse checkpoints;
-  ASSERT_OK(Call(*stub, &Stub::ListCheckpoints, v1::ListCheckpointsRequest(), &checkpoints));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::ListCheckpoints, v1::ListCheckpointsRequest(), &checkpoints));
   ASSERT_EQ(checkpoints.checkpoints_size(), 2);
   EXPECT_EQ(checkpoints.checkpoints(0).name(), "a");
   v1::DeleteCheckpointRequest delete_checkpoint;
   delete_checkpoint.set_name("a");
   v1::DeleteCheckpointResponse deleted;
-  ASSERT_OK(Call(*stub, &Stub::DeleteCheckpoint, delete_checkpoint, &deleted));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::DeleteCheckpoint, delete_checkpoint, &deleted));
   EXPECT_EQ(Call(*stub, &Stub::DeleteCheckpoint, delete_checkpoint, &deleted).error_code(), grpc::NOT_FOUND);
 
   v1::CloseSessionRequest close;
   close.set_session_id(session.session_id());
   v1::CloseSessionResponse closed;
-  ASSERT_OK(Call(*stub, &Stub::CloseSession, close, &closed));
-  ASSERT_OK(Call(*stub, &Stub::DeleteArtifact, remove, &removed));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::CloseSession, close, &closed));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::DeleteArtifact, remove, &removed));
   EXPECT_EQ(Call(*stub, &Stub::GetArtifact, get, &set).error_code(), grpc::NOT_FOUND);
   EXPECT_EQ(Call(*stub, &Stub::CreateSession, create, &session).error_code(), grpc::NOT_FOUND);
-  ASSERT_OK(Call(*stub, &Stub::ListArtifacts, v1::ListArtifactsRequest(), &list));
+  ASSERT_GRPC_OK(Call(*stub, &Stub::ListArtifacts, v1::ListArtifactsRequest(), &list));
   EXPECT_EQ(list.artifacts_size(), 1);
 }
 
