@@ -1,11 +1,13 @@
 // traind: the training daemon. This file only turns flags (and the optional config file) into ServerOptions,
 // then serves until SIGTERM/SIGINT and drains.
-#include <pthread.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -43,6 +45,8 @@ ABSL_FLAG(int, max_concurrent_steps, 1,
 ABSL_FLAG(int, max_queued_steps, 256, "Steps that may wait for a compute thread; past that, RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, default_num_threads, 0,
           "Intra-op threads of a session that does not choose; 0: the available CPUs / max_concurrent_steps.");
+ABSL_FLAG(std::string, tenants_file, "",
+          "Tenants with their bearer-token hashes and quotas; calls must then carry a token. Re-read on SIGHUP.");
 ABSL_FLAG(std::string, ready_file, "",
           "Write a JSON file with the bound addresses and the pid here once serving (atomically).");
 ABSL_FLAG(std::string, log_level, "info", "Least severe log level printed: debug, info, warn or error.");
@@ -67,18 +71,41 @@ traind::ServerOptions OptionsFromFlags() {
   options.max_queued_steps = absl::GetFlag(FLAGS_max_queued_steps);
   options.default_num_threads = absl::GetFlag(FLAGS_default_num_threads);
   options.ready_file = absl::GetFlag(FLAGS_ready_file);
+  options.tenants_file = absl::GetFlag(FLAGS_tenants_file);
   return options;
 }
 
-// Blocks the shutdown signals in this thread and every thread created after it (gRPC's, prometheus'), so that
-// they are delivered only to the sigwait() below.
-sigset_t BlockShutdownSignals() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  return signals;
+// Signals arrive through a self-pipe: the handler only writes the signal's number, which is async-signal-safe
+// whichever thread the kernel picks. (Blocking the signals and sigwait()ing cannot work: libraries start threads
+// before main() — OpenBLAS's pool, at load time — and a signal delivered to one of them would kill the process.)
+int signal_pipe[2] = {-1, -1};
+
+void OnSignal(int signal_number) {
+  const int saved_errno = errno;
+  const unsigned char byte = static_cast<unsigned char>(signal_number);
+  (void)!::write(signal_pipe[1], &byte, 1);
+  errno = saved_errno;
+}
+
+bool InstallSignalHandlers() {
+  if (::pipe2(signal_pipe, O_CLOEXEC) != 0) return false;
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int signal_number : {SIGTERM, SIGINT, SIGHUP}) {
+    if (sigaction(signal_number, &action, nullptr) != 0) return false;
+  }
+  return true;
+}
+
+// The next signal's number.
+int WaitForSignal() {
+  unsigned char byte = 0;
+  while (::read(signal_pipe[0], &byte, 1) != 1) {
+    if (errno != EINTR) return SIGTERM;  // the pipe broke: treat it as a request to stop
+  }
+  return byte;
 }
 
 }  // namespace
@@ -103,7 +130,10 @@ int main(int argc, char** argv) {
   }
   traind::SetMinLogLevel(level);
 
-  const sigset_t shutdown_signals = BlockShutdownSignals();
+  if (!InstallSignalHandlers()) {
+    traind::LogError("cannot install signal handlers", {{"error", std::strerror(errno)}});
+    return 1;
+  }
   absl::StatusOr<std::unique_ptr<traind::TraindServer>> server = traind::TraindServer::Start(OptionsFromFlags());
   if (!server.ok()) {
     traind::LogError("cannot start", {{"error", std::string(server.status().message())},
@@ -111,13 +141,16 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  // SIGHUP re-reads the tenants file; SIGTERM or SIGINT drains and exits.
   int signal_number = 0;
-  sigwait(&shutdown_signals, &signal_number);
+  while ((signal_number = WaitForSignal()) == SIGHUP) {
+    (*server)->ReloadTenants().IgnoreError();  // logged; the previous tenants stay
+  }
   traind::LogInfo("shutdown signal", {{"signal", strsignal(signal_number)}});
   // A second signal during the drain means "stop now".
-  std::thread([shutdown_signals] {
-    int second = 0;
-    sigwait(&shutdown_signals, &second);
+  std::thread([] {
+    while (WaitForSignal() == SIGHUP) {
+    }
     traind::LogWarn("second shutdown signal, exiting without drain");
     std::_Exit(1);
   }).detach();

@@ -27,6 +27,8 @@
 #include "server/blob_store.h"
 #include "server/compute_pool.h"
 #include "server/session_manager.h"
+#include "server/tenant_spaces.h"
+#include "server/tenants.h"
 #include "server/health_service.h"
 #include "server/logging.h"
 #include "server/metrics.h"
@@ -111,8 +113,8 @@ struct TraindServer::State {
   std::unique_ptr<ServerMetrics> metrics;
   std::shared_ptr<ProcessCollector> process_collector;
   std::unique_ptr<prometheus::Exposer> exposer;
-  std::unique_ptr<BlobStore> blobs;
-  std::unique_ptr<ArtifactStore> artifacts;
+  std::unique_ptr<Tenants> tenants;
+  std::unique_ptr<TenantSpaces> spaces;
   std::unique_ptr<ComputePool> compute;
   std::unique_ptr<SessionManager> sessions;  // uses `compute`, so declared (and destroyed) after it
   std::unique_ptr<TrainingServiceImpl> service;
@@ -180,13 +182,13 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
     state->metrics_address = absl::StrCat(metrics_host, ":", ports.empty() ? metrics_port : ports.front());
   }
 
-  absl::StatusOr<std::unique_ptr<BlobStore>> blobs = BlobStore::Open(state->options.state_dir, options.max_blob_bytes);
-  if (!blobs.ok()) return blobs.status();
-  state->blobs = std::move(*blobs);
-  absl::StatusOr<std::unique_ptr<ArtifactStore>> artifacts =
-      ArtifactStore::Open(state->options.state_dir, engine::kDefaultMaxCheckpointBytes);
-  if (!artifacts.ok()) return artifacts.status();
-  state->artifacts = std::move(*artifacts);
+  absl::StatusOr<std::unique_ptr<Tenants>> tenants = Tenants::Load(options.tenants_file);
+  if (!tenants.ok()) return tenants.status();
+  state->tenants = std::move(*tenants);
+  state->spaces = std::make_unique<TenantSpaces>(state->options.state_dir, options.max_blob_bytes,
+                                                 engine::kDefaultMaxCheckpointBytes);
+  // The anonymous tenant's space (the state directory itself) opens now: its leftovers are cleaned at start-up.
+  if (absl::StatusOr<TenantSpace*> space = state->spaces->Get(""); !space.ok()) return space.status();
   if (options.max_concurrent_steps < 1 || options.max_queued_steps < 0 || options.default_num_threads < 0) {
     return absl::InvalidArgumentError(
         "--max_concurrent_steps must be >= 1, --max_queued_steps and --default_num_threads >= 0");
@@ -205,7 +207,7 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
   service_limits.max_sessions = options.max_sessions;
   service_limits.default_num_threads = default_threads;
   service_limits.max_concurrent_steps = options.max_concurrent_steps;
-  state->service = std::make_unique<TrainingServiceImpl>(service_limits, state->blobs.get(), state->artifacts.get(),
+  state->service = std::make_unique<TrainingServiceImpl>(service_limits, state->tenants.get(), state->spaces.get(),
                                                          state->sessions.get());
 
   grpc::EnableDefaultHealthCheckService(false);
@@ -243,6 +245,16 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
                       {"state_dir", state->options.state_dir},
                       {"reflection", options.enable_reflection ? "on" : "off"}});
   return std::unique_ptr<TraindServer>(new TraindServer(std::move(state)));
+}
+
+absl::Status TraindServer::ReloadTenants() {
+  absl::Status reloaded = state_->tenants->Reload();
+  if (reloaded.ok()) {
+    LogInfo("tenants reloaded", {{"tenants", std::to_string(state_->tenants->List().size())}});
+  } else {
+    LogError("tenants file not reloaded; the previous configuration stays", {{"error", std::string(reloaded.message())}});
+  }
+  return reloaded;
 }
 
 void TraindServer::Drain() {

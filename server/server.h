@@ -36,6 +36,8 @@ struct ServerOptions {
   int max_queued_steps = 256;
   // Intra-op threads of a session that does not choose; 0: the CPUs available divided by max_concurrent_steps.
   int default_num_threads = 0;
+  // Tenants and their token hashes (tenants.h); empty: one anonymous tenant, no token asked.
+  std::string tenants_file;
   // Written atomically, as JSON with the bound addresses and the pid, once the daemon serves.
   std::string ready_file;
 };
@@ -61,6 +63,9 @@ class TraindServer {
   // in-flight RPCs up to drain_timeout (then cancel them). Returns once no RPC is in flight; closing idle client
   // connections may go on in the background until the destructor. Idempotent.
   void Drain();
+
+  // Re-reads the tenants file (SIGHUP); on error the previous configuration stays (and the error is logged).
+  absl::Status ReloadTenants();
 
  private:
   struct State;

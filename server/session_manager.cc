@@ -84,9 +84,11 @@ uint64_t RandomSeed() {
 
 class SessionManager::Session {
  public:
-  Session(std::string id, SessionSettings settings) : id_(std::move(id)), settings_(std::move(settings)) {}
+  Session(std::string id, std::string tenant, SessionSettings settings)
+      : id_(std::move(id)), tenant_(std::move(tenant)), settings_(std::move(settings)) {}
 
   const std::string& id() const { return id_; }
+  const std::string& tenant() const { return tenant_; }
 
   // Serializes the calls on this session; `busy` shows while one runs.
   absl::Mutex mu;
@@ -111,6 +113,7 @@ class SessionManager::Session {
   void InitializeSnapshot(int num_threads) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     absl::MutexLock lock(&info_mu_);
     info_.session_id = id_;
+    info_.tenant = tenant_;
     info_.display_name = settings_.display_name;
     info_.artifact_id = settings_.artifact_id;
     info_.num_threads = num_threads;
@@ -148,6 +151,7 @@ class SessionManager::Session {
 
  private:
   const std::string id_;
+  const std::string tenant_;
   const SessionSettings settings_;
   mutable absl::Mutex info_mu_;
   SessionInfo info_ ABSL_GUARDED_BY(info_mu_);
@@ -186,10 +190,19 @@ int64_t SessionManager::size() const {
   return static_cast<int64_t>(sessions_.size());
 }
 
-absl::StatusOr<std::shared_ptr<SessionManager::Session>> SessionManager::Find(const std::string& session_id) const {
+int64_t SessionManager::size(const std::string& tenant) const {
+  absl::MutexLock lock(&mu_);
+  int64_t count = 0;
+  for (const auto& [id, session] : sessions_) count += session->tenant() == tenant;
+  return count;
+}
+
+absl::StatusOr<std::shared_ptr<SessionManager::Session>> SessionManager::Find(const Caller& caller,
+                                                                            const std::string& session_id) const {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) {
+  // Another tenant's session is not found, exactly as a session that does not exist.
+  if (it == sessions_.end() || it->second->tenant() != caller.tenant) {
     return absl::NotFoundError(absl::StrCat("no session '", absl::CHexEscape(session_id.substr(0, kMaxNameLength)), "'"));
   }
   return it->second;
@@ -197,12 +210,12 @@ absl::StatusOr<std::shared_ptr<SessionManager::Session>> SessionManager::Find(co
 
 // Every call on one session: find it, hold its call lock, refuse it if it was closed meanwhile.
 #define TRAIND_SESSION_CALL(call, session_id)                                  \
-  TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<Session> call##_session, Find(session_id)); \
+  TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<Session> call##_session, Find(caller, session_id)); \
   Call call(std::move(call##_session));                                      \
   TRAIND_RETURN_IF_ERROR(call.status())
 
-absl::StatusOr<SessionInfo> SessionManager::Create(SessionModels models, const SessionSettings& settings,
-                                                   const CancelledFn& cancelled) {
+absl::StatusOr<SessionInfo> SessionManager::Create(const Caller& caller, SessionModels models,
+                                                   const SessionSettings& settings) {
   if (settings.num_threads < 0 || settings.num_threads > limits_.max_num_threads) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_threads must be in [0, ", limits_.max_num_threads, "], got ", settings.num_threads));
@@ -213,17 +226,28 @@ absl::StatusOr<SessionInfo> SessionManager::Create(SessionModels models, const S
       return absl::ResourceExhaustedError(
           absl::StrCat("the daemon already has its maximum of ", limits_.max_sessions, " sessions; close one first"));
     }
+    if (caller.tenant_max_sessions > 0) {
+      int64_t owned = creating_tenant_[caller.tenant];
+      for (const auto& [id, session] : sessions_) owned += session->tenant() == caller.tenant;
+      if (owned >= caller.tenant_max_sessions) {
+        return absl::ResourceExhaustedError(absl::StrCat("tenant '", caller.tenant, "' already has its quota of ",
+                                                         caller.tenant_max_sessions, " sessions; close one first"));
+      }
+    }
     ++creating_;
+    ++creating_tenant_[caller.tenant];
   }
   struct CreatingDone {
     SessionManager* manager;
+    const std::string tenant;
     ~CreatingDone() {
       absl::MutexLock lock(&manager->mu_);
       --manager->creating_;
+      if (--manager->creating_tenant_[tenant] == 0) manager->creating_tenant_.erase(tenant);
     }
-  } creating_done{this};
+  } creating_done{this, caller.tenant};
 
-  auto session = std::make_shared<Session>(NewRandomId(kSessionIdPrefix), settings);
+  auto session = std::make_shared<Session>(NewRandomId(kSessionIdPrefix), caller.tenant, settings);
   engine::ModuleOptions module_options;
   module_options.num_threads = settings.num_threads > 0 ? settings.num_threads : limits_.default_num_threads;
   module_options.random_seed = settings.seed != 0 ? settings.seed : RandomSeed();
@@ -242,7 +266,7 @@ absl::StatusOr<SessionInfo> SessionManager::Create(SessionModels models, const S
           }
           return absl::OkStatus();
         },
-        cancelled));
+        caller.cancelled));
     session->InitializeSnapshot(module_options.num_threads);
     session->RefreshSnapshot();
   }
@@ -252,16 +276,18 @@ absl::StatusOr<SessionInfo> SessionManager::Create(SessionModels models, const S
   return info;
 }
 
-absl::StatusOr<SessionInfo> SessionManager::Get(const std::string& session_id) {
-  TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Find(session_id));
+absl::StatusOr<SessionInfo> SessionManager::Get(const Caller& caller, const std::string& session_id) {
+  TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Find(caller, session_id));
   return session->Snapshot();
 }
 
-std::vector<SessionInfo> SessionManager::List() {
+std::vector<SessionInfo> SessionManager::List(const Caller& caller) {
   std::vector<std::shared_ptr<Session>> sessions;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, session] : sessions_) sessions.push_back(session);
+    for (const auto& [id, session] : sessions_) {
+      if (session->tenant() == caller.tenant) sessions.push_back(session);
+    }
   }
   std::vector<SessionInfo> infos;
   infos.reserve(sessions.size());
@@ -269,12 +295,14 @@ std::vector<SessionInfo> SessionManager::List() {
   return infos;
 }
 
-absl::Status SessionManager::Close(const std::string& session_id) {
+absl::Status SessionManager::Close(const Caller& caller, const std::string& session_id) {
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
-    if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("no session '", absl::CHexEscape(session_id), "'"));
+    if (it == sessions_.end() || it->second->tenant() != caller.tenant) {
+      return absl::NotFoundError(absl::StrCat("no session '", absl::CHexEscape(session_id), "'"));
+    }
     session = std::move(it->second);
     sessions_.erase(it);
   }
@@ -287,9 +315,9 @@ absl::Status SessionManager::Close(const std::string& session_id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TrainStepResult> SessionManager::TrainStep(const std::string& session_id, const NamedTensors& inputs,
-                                                          bool accumulate_only, const std::vector<std::string>& fetch,
-                                                          const CancelledFn& cancelled) {
+absl::StatusOr<TrainStepResult> SessionManager::TrainStep(const Caller& caller, const std::string& session_id,
+                                                          const NamedTensors& inputs, bool accumulate_only,
+                                                          const std::vector<std::string>& fetch) {
   TRAIND_SESSION_CALL(session, session_id);
   TRAIND_RETURN_IF_ERROR(CheckFetch(fetch, session->module->TrainingOutputNames(), "training"));
   if (!accumulate_only) TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("TrainStep without accumulate_only"));
@@ -319,14 +347,14 @@ absl::StatusOr<TrainStepResult> SessionManager::TrainStep(const std::string& ses
         }
         return absl::OkStatus();
       },
-      cancelled));
+      caller.cancelled));
   result.optimizer_step = session->optimizer ? session->optimizer->GetStep() : 0;
   session->RefreshSnapshot();
   return result;
 }
 
-absl::StatusOr<OptimizerStepInfo> SessionManager::OptimizerStep(const std::string& session_id,
-                                                                const CancelledFn& cancelled) {
+absl::StatusOr<OptimizerStepInfo> SessionManager::OptimizerStep(const Caller& caller,
+                                                                const std::string& session_id) {
   TRAIND_SESSION_CALL(session, session_id);
   TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("OptimizerStep"));
   OptimizerStepInfo info;
@@ -337,21 +365,21 @@ absl::StatusOr<OptimizerStepInfo> SessionManager::OptimizerStep(const std::strin
         if (step.skipped) info.skip_reason = "a loss or gradient accumulated since the last reset is not finite";
         return absl::OkStatus();
       },
-      cancelled));
+      caller.cancelled));
   info.optimizer_step = session->optimizer->GetStep();
   info.learning_rate = session->optimizer->GetLearningRate();
   session->RefreshSnapshot();
   return info;
 }
 
-absl::Status SessionManager::LazyResetGrad(const std::string& session_id) {
+absl::Status SessionManager::LazyResetGrad(const Caller& caller, const std::string& session_id) {
   TRAIND_SESSION_CALL(session, session_id);
   session->module->LazyResetGrad();
   return absl::OkStatus();
 }
 
-absl::StatusOr<EvalResult> SessionManager::Eval(const std::string& session_id, const NamedTensors& inputs,
-                                                const std::vector<std::string>& fetch, const CancelledFn& cancelled) {
+absl::StatusOr<EvalResult> SessionManager::Eval(const Caller& caller, const std::string& session_id,
+                                                const NamedTensors& inputs, const std::vector<std::string>& fetch) {
   TRAIND_SESSION_CALL(session, session_id);
   if (!session->module->has_eval_model()) {
     return absl::FailedPreconditionError(absl::StrCat("session '", session_id, "' has no eval model"));
@@ -365,11 +393,12 @@ absl::StatusOr<EvalResult> SessionManager::Eval(const std::string& session_id, c
         TRAIND_ASSIGN_OR_RETURN(result.outputs, SelectOutputs(outputs, fetch));
         return absl::OkStatus();
       },
-      cancelled));
+      caller.cancelled));
   return result;
 }
 
-absl::StatusOr<LearningRateInfo> SessionManager::SetLearningRate(const std::string& session_id, float learning_rate) {
+absl::StatusOr<LearningRateInfo> SessionManager::SetLearningRate(const Caller& caller, const std::string& session_id,
+                                                                 float learning_rate) {
   TRAIND_SESSION_CALL(session, session_id);
   TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("SetLearningRate"));
   TRAIND_RETURN_IF_ERROR(session->optimizer->SetLearningRate(learning_rate));
@@ -377,13 +406,14 @@ absl::StatusOr<LearningRateInfo> SessionManager::SetLearningRate(const std::stri
   return session->LearningRate();
 }
 
-absl::StatusOr<LearningRateInfo> SessionManager::GetLearningRate(const std::string& session_id) {
+absl::StatusOr<LearningRateInfo> SessionManager::GetLearningRate(const Caller& caller,
+                                                                 const std::string& session_id) {
   TRAIND_SESSION_CALL(session, session_id);
   TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("GetLearningRate"));
   return session->LearningRate();
 }
 
-absl::StatusOr<LearningRateInfo> SessionManager::SetScheduler(const std::string& session_id,
+absl::StatusOr<LearningRateInfo> SessionManager::SetScheduler(const Caller& caller, const std::string& session_id,
                                                               const SchedulerRequest& request) {
   TRAIND_SESSION_CALL(session, session_id);
   TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("SetScheduler"));
@@ -409,7 +439,7 @@ absl::StatusOr<LearningRateInfo> SessionManager::SetScheduler(const std::string&
   return session->LearningRate();
 }
 
-absl::StatusOr<LearningRateInfo> SessionManager::SchedulerStep(const std::string& session_id) {
+absl::StatusOr<LearningRateInfo> SessionManager::SchedulerStep(const Caller& caller, const std::string& session_id) {
   TRAIND_SESSION_CALL(session, session_id);
   TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("SchedulerStep"));
   engine::Optimizer& optimizer = *session->optimizer;
@@ -428,7 +458,7 @@ absl::StatusOr<LearningRateInfo> SessionManager::SchedulerStep(const std::string
   return session->LearningRate();
 }
 
-absl::StatusOr<std::string> SessionManager::SerializeCheckpoint(const std::string& session_id,
+absl::StatusOr<std::string> SessionManager::SerializeCheckpoint(const Caller& caller, const std::string& session_id,
                                                                 bool include_optimizer_state) {
   TRAIND_SESSION_CALL(session, session_id);
   engine::CheckpointSaveOptions options;
@@ -440,7 +470,7 @@ absl::StatusOr<std::string> SessionManager::SerializeCheckpoint(const std::strin
   return engine::SerializeCheckpoint(session->state, options);
 }
 
-absl::StatusOr<SessionInfo> SessionManager::LoadCheckpoint(const std::string& session_id,
+absl::StatusOr<SessionInfo> SessionManager::LoadCheckpoint(const Caller& caller, const std::string& session_id,
                                                            const std::string& checkpoint_bytes) {
   // Parsed (and its digest checked) before the session is locked: a damaged file costs the session nothing.
   TRAIND_ASSIGN_OR_RETURN(engine::CheckpointState candidate,
@@ -453,7 +483,8 @@ absl::StatusOr<SessionInfo> SessionManager::LoadCheckpoint(const std::string& se
   return info;
 }
 
-absl::StatusOr<engine::PropertyBag> SessionManager::UpdateProperties(const std::string& session_id,
+absl::StatusOr<engine::PropertyBag> SessionManager::UpdateProperties(const Caller& caller,
+                                                                     const std::string& session_id,
                                                                      const engine::PropertyBag& set,
                                                                      const std::vector<std::string>& remove) {
   for (const auto& [name, value] : set) {
@@ -479,7 +510,7 @@ absl::StatusOr<engine::PropertyBag> SessionManager::UpdateProperties(const std::
   return session->state.properties;
 }
 
-absl::StatusOr<ParameterValues> SessionManager::GetParameters(const std::string& session_id,
+absl::StatusOr<ParameterValues> SessionManager::GetParameters(const Caller& caller, const std::string& session_id,
                                                               const ParameterRequest& request) {
   TRAIND_SESSION_CALL(session, session_id);
   const std::vector<engine::Parameter>& parameters = session->state.parameters;
@@ -540,8 +571,8 @@ absl::StatusOr<ParameterValues> SessionManager::GetParameters(const std::string&
   return values;
 }
 
-absl::Status SessionManager::SetParameters(const std::string& session_id, bool trainable_only, const Tensor* buffer,
-                                           const NamedTensors& named) {
+absl::Status SessionManager::SetParameters(const Caller& caller, const std::string& session_id, bool trainable_only,
+                                           const Tensor* buffer, const NamedTensors& named) {
   if ((buffer != nullptr) == !named.empty()) {
     return absl::InvalidArgumentError("give either a contiguous buffer or named parameters");
   }
@@ -582,9 +613,8 @@ absl::Status SessionManager::SetParameters(const std::string& session_id, bool t
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> SessionManager::ExportForInference(const std::string& session_id,
-                                                               const std::vector<std::string>& output_names,
-                                                               const CancelledFn& cancelled) {
+absl::StatusOr<std::string> SessionManager::ExportForInference(const Caller& caller, const std::string& session_id,
+                                                               const std::vector<std::string>& output_names) {
   TRAIND_SESSION_CALL(session, session_id);
   if (!session->module->has_eval_model()) {
     return absl::FailedPreconditionError(
@@ -606,7 +636,7 @@ absl::StatusOr<std::string> SessionManager::ExportForInference(const std::string
         TRAIND_ASSIGN_OR_RETURN(bytes, session->module->ExportInferenceModel(outputs));
         return absl::OkStatus();
       },
-      cancelled));
+      caller.cancelled));
   return bytes;
 }
 

@@ -33,6 +33,14 @@ namespace traind {
 // Asked before queued work starts: true when the caller is gone (cancelled, deadline passed).
 using CancelledFn = std::function<bool()>;
 
+// Who calls, for every call: the tenant (tenants.h) owns what it creates and sees nothing else — another tenant's
+// session ids are NOT_FOUND — and whether the caller is still there.
+struct Caller {
+  std::string tenant;
+  CancelledFn cancelled;
+  int64_t tenant_max_sessions = 0;  // the tenant's quota; 0: none
+};
+
 struct SessionSettings {
   std::string display_name;
   std::string artifact_id;  // informational ("" for uploaded artifacts)
@@ -52,6 +60,7 @@ struct SchedulerRequest {
 
 struct SessionInfo {
   std::string session_id;
+  std::string tenant;
   std::string display_name;
   std::string artifact_id;
   bool busy = false;
@@ -136,58 +145,65 @@ class SessionManager {
   SessionManager& operator=(const SessionManager&) = delete;
 
   // RESOURCE_EXHAUSTED past max_sessions; INVALID_ARGUMENT for models and checkpoint that do not fit together.
-  absl::StatusOr<SessionInfo> Create(SessionModels models, const SessionSettings& settings,
-                                     const CancelledFn& cancelled);
+  absl::StatusOr<SessionInfo> Create(const Caller& caller, SessionModels models, const SessionSettings& settings);
   // NOT_FOUND for unknown ids, here and in every call below.
-  absl::StatusOr<SessionInfo> Get(const std::string& session_id);
-  std::vector<SessionInfo> List();
+  absl::StatusOr<SessionInfo> Get(const Caller& caller, const std::string& session_id);
+  // The caller's tenant's sessions.
+  std::vector<SessionInfo> List(const Caller& caller);
   // Waits for a call in progress on the session, then frees it.
-  absl::Status Close(const std::string& session_id);
+  absl::Status Close(const Caller& caller, const std::string& session_id);
   int64_t size() const;
+  int64_t size(const std::string& tenant) const;
 
   // Forward + backward (gradients accumulate), then unless `accumulate_only` the optimizer step and a lazy reset.
   // `fetch` names outputs of the training model to return (the loss always comes as TrainStepResult::loss).
-  absl::StatusOr<TrainStepResult> TrainStep(const std::string& session_id, const engine::NamedTensors& inputs,
-                                            bool accumulate_only, const std::vector<std::string>& fetch,
-                                            const CancelledFn& cancelled);
-  absl::StatusOr<OptimizerStepInfo> OptimizerStep(const std::string& session_id, const CancelledFn& cancelled);
-  absl::Status LazyResetGrad(const std::string& session_id);
-  absl::StatusOr<EvalResult> Eval(const std::string& session_id, const engine::NamedTensors& inputs,
-                                  const std::vector<std::string>& fetch, const CancelledFn& cancelled);
+  absl::StatusOr<TrainStepResult> TrainStep(const Caller& caller, const std::string& session_id,
+                                            const engine::NamedTensors& inputs, bool accumulate_only,
+                                            const std::vector<std::string>& fetch);
+  absl::StatusOr<OptimizerStepInfo> OptimizerStep(const Caller& caller, const std::string& session_id);
+  absl::Status LazyResetGrad(const Caller& caller, const std::string& session_id);
+  absl::StatusOr<EvalResult> Eval(const Caller& caller, const std::string& session_id,
+                                  const engine::NamedTensors& inputs, const std::vector<std::string>& fetch);
 
-  absl::StatusOr<LearningRateInfo> SetLearningRate(const std::string& session_id, float learning_rate);
-  absl::StatusOr<LearningRateInfo> GetLearningRate(const std::string& session_id);
-  absl::StatusOr<LearningRateInfo> SetScheduler(const std::string& session_id, const SchedulerRequest& request);
+  absl::StatusOr<LearningRateInfo> SetLearningRate(const Caller& caller, const std::string& session_id,
+                                                   float learning_rate);
+  absl::StatusOr<LearningRateInfo> GetLearningRate(const Caller& caller, const std::string& session_id);
+  absl::StatusOr<LearningRateInfo> SetScheduler(const Caller& caller, const std::string& session_id,
+                                                const SchedulerRequest& request);
   // Manual schedulers: the learning rate becomes the schedule's value at the current optimizer step.
-  absl::StatusOr<LearningRateInfo> SchedulerStep(const std::string& session_id);
+  absl::StatusOr<LearningRateInfo> SchedulerStep(const Caller& caller, const std::string& session_id);
 
   // The checkpoint file's bytes (checkpoint.h), with or without optimizer and scheduler state.
-  absl::StatusOr<std::string> SerializeCheckpoint(const std::string& session_id, bool include_optimizer_state);
+  absl::StatusOr<std::string> SerializeCheckpoint(const Caller& caller, const std::string& session_id,
+                                                  bool include_optimizer_state);
   // Replaces the session's state (engine::ReplaceCheckpointState); DATA_LOSS for damaged bytes.
-  absl::StatusOr<SessionInfo> LoadCheckpoint(const std::string& session_id, const std::string& checkpoint_bytes);
-  absl::StatusOr<engine::PropertyBag> UpdateProperties(const std::string& session_id, const engine::PropertyBag& set,
+  absl::StatusOr<SessionInfo> LoadCheckpoint(const Caller& caller, const std::string& session_id,
+                                             const std::string& checkpoint_bytes);
+  absl::StatusOr<engine::PropertyBag> UpdateProperties(const Caller& caller, const std::string& session_id,
+                                                       const engine::PropertyBag& set,
                                                        const std::vector<std::string>& remove);
 
-  absl::StatusOr<ParameterValues> GetParameters(const std::string& session_id, const ParameterRequest& request);
+  absl::StatusOr<ParameterValues> GetParameters(const Caller& caller, const std::string& session_id,
+                                                const ParameterRequest& request);
   // Either `buffer` (contiguous, float32, GetParametersSize(trainable_only) elements) or `named` tensors.
-  absl::Status SetParameters(const std::string& session_id, bool trainable_only, const engine::Tensor* buffer,
-                             const engine::NamedTensors& named);
+  absl::Status SetParameters(const Caller& caller, const std::string& session_id, bool trainable_only,
+                             const engine::Tensor* buffer, const engine::NamedTensors& named);
 
   // The inference model (serialized ONNX); `output_names` empty keeps the eval model's outputs but the loss.
-  absl::StatusOr<std::string> ExportForInference(const std::string& session_id,
-                                                 const std::vector<std::string>& output_names,
-                                                 const CancelledFn& cancelled);
+  absl::StatusOr<std::string> ExportForInference(const Caller& caller, const std::string& session_id,
+                                                 const std::vector<std::string>& output_names);
 
  private:
   class Session;
   class Call;
-  absl::StatusOr<std::shared_ptr<Session>> Find(const std::string& session_id) const;
+  absl::StatusOr<std::shared_ptr<Session>> Find(const Caller& caller, const std::string& session_id) const;
 
   ComputePool* compute_;
   const SessionLimits limits_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t creating_ ABSL_GUARDED_BY(mu_) = 0;  // sessions being compiled, counted against max_sessions
+  std::map<std::string, int64_t> creating_tenant_ ABSL_GUARDED_BY(mu_);  // the same, per tenant
 };
 
 }  // namespace traind

@@ -58,9 +58,11 @@ grpc::Status Fail(grpc::ServerContext* context, const absl::Status& status, cons
   return Fail(context, status, std::move(detail));
 }
 
-CancelledFn CancelledOf(grpc::ServerContext* context) {
-  return [context] { return context->IsCancelled(); };
-}
+// Every call but GetServerInfo: who calls (the tenant its token names), its space, and how to tell it is gone.
+#define TRAIND_AUTHORIZE(call)                                                  \
+  absl::StatusOr<Call> call##_authorized = Authorize(context);                   \
+  if (!call##_authorized.ok()) return Fail(context, call##_authorized.status()); \
+  const Call& call = *call##_authorized
 
 const google::protobuf::ServiceDescriptor* ServiceDescriptor() {
   return google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
@@ -106,6 +108,35 @@ v1::LearningRate LearningRateToWire(const LearningRateInfo& info) {
 
 }  // namespace
 
+absl::StatusOr<TrainingServiceImpl::Call> TrainingServiceImpl::Authorize(grpc::ServerContext* context) const {
+  std::string authorization, common_name;
+  auto header = context->client_metadata().find("authorization");
+  if (header != context->client_metadata().end()) authorization.assign(header->second.data(), header->second.size());
+  if (std::shared_ptr<const grpc::AuthContext> auth = context->auth_context(); auth != nullptr) {
+    const std::vector<grpc::string_ref> names = auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
+    if (!names.empty()) common_name.assign(names.front().data(), names.front().size());
+  }
+  TRAIND_ASSIGN_OR_RETURN(TenantConfig tenant, tenants_->Authenticate(authorization, common_name));
+  Call call;
+  TRAIND_ASSIGN_OR_RETURN(call.space, spaces_->Get(tenant.name));
+  call.caller.tenant = tenant.name;
+  call.caller.tenant_max_sessions = tenant.quotas.max_sessions;
+  call.caller.cancelled = [context] { return context->IsCancelled(); };
+  call.tenant = std::move(tenant);
+  return call;
+}
+
+absl::Status TrainingServiceImpl::CheckStorage(const Call& call, int64_t new_bytes) const {
+  const int64_t quota = call.tenant.quotas.max_stored_bytes;
+  if (quota <= 0) return absl::OkStatus();
+  const int64_t stored = spaces_->StoredBytes(call.tenant.name);
+  if (new_bytes > quota - stored) {
+    return absl::ResourceExhaustedError(absl::StrCat("tenant '", call.tenant.name, "' stores ", stored,
+                                                     " bytes; ", new_bytes, " more would exceed its quota of ", quota));
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::string> TrainingServiceImpl::FullMethodNames() {
   const google::protobuf::ServiceDescriptor* service = ServiceDescriptor();
   std::vector<std::string> names;
@@ -115,7 +146,8 @@ std::vector<std::string> TrainingServiceImpl::FullMethodNames() {
   return names;
 }
 
-absl::StatusOr<onnx::ModelProto> TrainingServiceImpl::ResolveModel(const v1::ModelSource& source,
+absl::StatusOr<onnx::ModelProto> TrainingServiceImpl::ResolveModel(const TenantSpace& space,
+                                                                   const v1::ModelSource& source,
                                                                    const std::string& what) const {
   std::string blob;
   absl::string_view bytes;
@@ -124,7 +156,7 @@ absl::StatusOr<onnx::ModelProto> TrainingServiceImpl::ResolveModel(const v1::Mod
       bytes = source.onnx_bytes();
       break;
     case v1::ModelSource::kBlobId: {
-      TRAIND_ASSIGN_OR_RETURN(blob, blobs_->Read(source.blob_id()));
+      TRAIND_ASSIGN_OR_RETURN(blob, space.blobs->Read(source.blob_id()));
       bytes = blob;
       break;
     }
@@ -165,12 +197,14 @@ grpc::Status TrainingServiceImpl::GetServerInfo(Context* /*context*/, const v1::
 
 grpc::Status TrainingServiceImpl::UploadBlob(Context* context, grpc::ServerReader<v1::UploadBlobRequest>* reader,
                                              v1::UploadBlobResponse* response) {
+  TRAIND_AUTHORIZE(call);
   v1::UploadBlobRequest message;
   if (!reader->Read(&message) || !message.has_header()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first UploadBlob message must be a header");
   }
+  if (absl::Status room = CheckStorage(call, message.header().total_bytes()); !room.ok()) return Fail(context, room);
   absl::StatusOr<std::unique_ptr<BlobUpload>> upload =
-      blobs_->BeginUpload(message.header().total_bytes(), message.header().sha256_hex());
+      call.space->blobs->BeginUpload(message.header().total_bytes(), message.header().sha256_hex());
   if (!upload.ok()) return Fail(context, upload.status());
   while (reader->Read(&message)) {
     if (!message.has_chunk() && message.has_header()) {
@@ -191,7 +225,8 @@ grpc::Status TrainingServiceImpl::UploadBlob(Context* context, grpc::ServerReade
 
 grpc::Status TrainingServiceImpl::GetBlobInfo(Context* context, const v1::GetBlobInfoRequest* request,
                                               v1::UploadBlobResponse* response) {
-  absl::StatusOr<BlobInfo> info = blobs_->Stat(request->blob_id());
+  TRAIND_AUTHORIZE(call);
+  absl::StatusOr<BlobInfo> info = call.space->blobs->Stat(request->blob_id());
   if (!info.ok()) return Fail(context, info.status(), "BLOB_NOT_FOUND");
   response->set_blob_id(info->blob_id);
   response->set_total_bytes(info->size_bytes);
@@ -203,10 +238,11 @@ grpc::Status TrainingServiceImpl::GetBlobInfo(Context* context, const v1::GetBlo
 
 grpc::Status TrainingServiceImpl::GenerateArtifacts(Context* context, const v1::GenerateArtifactsRequest* request,
                                                     v1::GenerateArtifactsResponse* response) {
-  absl::StatusOr<onnx::ModelProto> forward = ResolveModel(request->model(), "the model");
+  TRAIND_AUTHORIZE(call);
+  absl::StatusOr<onnx::ModelProto> forward = ResolveModel(*call.space, request->model(), "the model");
   if (!forward.ok()) return Fail(context, forward.status());
-  const ModelResolver resolve = [this](const v1::ModelSource& source, const std::string& what) {
-    return ResolveModel(source, what);
+  const ModelResolver resolve = [this, &call](const v1::ModelSource& source, const std::string& what) {
+    return ResolveModel(*call.space, source, what);
   };
   absl::StatusOr<engine::ArtifactOptions> options = ArtifactOptionsFromWire(*request, *forward, resolve);
   if (!options.ok()) return Fail(context, options.status());
@@ -228,7 +264,14 @@ grpc::Status TrainingServiceImpl::GenerateArtifacts(Context* context, const v1::
     }
     return Fail(context, artifacts.status());
   }
-  absl::StatusOr<StoredArtifacts> stored = artifacts_->Save(*artifacts, request->prefix(),
+  int64_t artifact_bytes = static_cast<int64_t>(artifacts->training_model.ByteSizeLong() +
+                                                artifacts->eval_model.ByteSizeLong() +
+                                                artifacts->optimizer_model.ByteSizeLong());
+  for (const engine::Parameter& parameter : artifacts->checkpoint.parameters) {
+    artifact_bytes += static_cast<int64_t>(parameter.data.byte_size());
+  }
+  if (absl::Status room = CheckStorage(call, artifact_bytes); !room.ok()) return Fail(context, room);
+  absl::StatusOr<StoredArtifacts> stored = call.space->artifacts->Save(*artifacts, request->prefix(),
                                                             request->nominal_checkpoint(),
                                                             request->return_artifact_bytes());
   if (!stored.ok()) return Fail(context, stored.status());
@@ -261,19 +304,20 @@ grpc::Status TrainingServiceImpl::GenerateArtifacts(Context* context, const v1::
 
 // ---- Sessions ----
 
-absl::StatusOr<SessionModels> TrainingServiceImpl::ModelsOf(const v1::CreateSessionRequest& request) const {
+absl::StatusOr<SessionModels> TrainingServiceImpl::ModelsOf(const TenantSpace& space,
+                                                            const v1::CreateSessionRequest& request) const {
   SessionModels models;
   switch (request.artifacts_case()) {
     case v1::CreateSessionRequest::kArtifactId: {
-      TRAIND_ASSIGN_OR_RETURN(models, artifacts_->Load(request.artifact_id()));
+      TRAIND_ASSIGN_OR_RETURN(models, space.artifacts->Load(request.artifact_id()));
       break;
     }
     case v1::CreateSessionRequest::kUploaded: {
       const v1::UploadedArtifacts& uploaded = request.uploaded();
-      auto model_of = [this](const std::string& blob_id, const char* what) -> absl::StatusOr<onnx::ModelProto> {
+      auto model_of = [this, &space](const std::string& blob_id, const char* what) -> absl::StatusOr<onnx::ModelProto> {
         v1::ModelSource source;
         source.set_blob_id(blob_id);
-        return ResolveModel(source, what);
+        return ResolveModel(space, source, what);
       };
       if (uploaded.training_model_blob_id().empty() || uploaded.checkpoint_blob_id().empty()) {
         return absl::InvalidArgumentError("uploaded artifacts need a training model and a checkpoint");
@@ -286,7 +330,7 @@ absl::StatusOr<SessionModels> TrainingServiceImpl::ModelsOf(const v1::CreateSess
         TRAIND_ASSIGN_OR_RETURN(models.optimizer_model,
                                 model_of(uploaded.optimizer_model_blob_id(), "the optimizer model"));
       }
-      TRAIND_ASSIGN_OR_RETURN(const std::string bytes, blobs_->Read(uploaded.checkpoint_blob_id()));
+      TRAIND_ASSIGN_OR_RETURN(const std::string bytes, space.blobs->Read(uploaded.checkpoint_blob_id()));
       TRAIND_ASSIGN_OR_RETURN(models.checkpoint, engine::ParseCheckpoint(bytes, "the uploaded checkpoint"));
       break;
     }
@@ -296,11 +340,11 @@ absl::StatusOr<SessionModels> TrainingServiceImpl::ModelsOf(const v1::CreateSess
   std::string start;
   switch (request.start_case()) {
     case v1::CreateSessionRequest::kCheckpointName: {
-      TRAIND_ASSIGN_OR_RETURN(start, artifacts_->ReadCheckpoint(request.checkpoint_name()));
+      TRAIND_ASSIGN_OR_RETURN(start, space.artifacts->ReadCheckpoint(request.checkpoint_name()));
       break;
     }
     case v1::CreateSessionRequest::kCheckpointBlobId: {
-      TRAIND_ASSIGN_OR_RETURN(start, blobs_->Read(request.checkpoint_blob_id()));
+      TRAIND_ASSIGN_OR_RETURN(start, space.blobs->Read(request.checkpoint_blob_id()));
       break;
     }
     case v1::CreateSessionRequest::START_NOT_SET:
@@ -312,6 +356,7 @@ absl::StatusOr<SessionModels> TrainingServiceImpl::ModelsOf(const v1::CreateSess
 
 grpc::Status TrainingServiceImpl::CreateSession(Context* context, const v1::CreateSessionRequest* request,
                                                 v1::Session* response) {
+  TRAIND_AUTHORIZE(call);
   if (request->executor() == v1::GPU) {
     return Fail(context, absl::FailedPreconditionError("this daemon has no GPU executor (GetServerInfo lists them)"),
                 "NO_GPU");
@@ -325,7 +370,7 @@ grpc::Status TrainingServiceImpl::CreateSession(Context* context, const v1::Crea
   }
   absl::StatusOr<std::optional<engine::LearningRateScheduler>> scheduler = SchedulerFromWire(request->scheduler());
   if (!scheduler.ok()) return Fail(context, scheduler.status());
-  absl::StatusOr<SessionModels> models = ModelsOf(*request);
+  absl::StatusOr<SessionModels> models = ModelsOf(*call.space, *request);
   if (!models.ok()) return Fail(context, models.status());
   if (scheduler->has_value() && !models->optimizer_model) {
     return Fail(context, absl::InvalidArgumentError("a scheduler needs an optimizer model"));
@@ -335,15 +380,15 @@ grpc::Status TrainingServiceImpl::CreateSession(Context* context, const v1::Crea
   settings.artifact_id = request->artifact_id();
   settings.num_threads = request->num_threads();
   settings.seed = request->seed();
-  absl::StatusOr<SessionInfo> info = sessions_->Create(*std::move(models), settings, CancelledOf(context));
+  absl::StatusOr<SessionInfo> info = sessions_->Create(call.caller, *std::move(models), settings);
   if (!info.ok()) return Fail(context, info.status());
   if (scheduler->has_value()) {
     SchedulerRequest scheduling;
     scheduling.scheduler = **scheduler;
-    absl::StatusOr<LearningRateInfo> set = sessions_->SetScheduler(info->session_id, scheduling);
-    absl::StatusOr<SessionInfo> updated = set.ok() ? sessions_->Get(info->session_id) : set.status();
+    absl::StatusOr<LearningRateInfo> set = sessions_->SetScheduler(call.caller, info->session_id, scheduling);
+    absl::StatusOr<SessionInfo> updated = set.ok() ? sessions_->Get(call.caller, info->session_id) : set.status();
     if (!updated.ok()) {
-      sessions_->Close(info->session_id).IgnoreError();  // nothing half-made stays behind
+      sessions_->Close(call.caller, info->session_id).IgnoreError();  // nothing half-made stays behind
       return Fail(context, updated.status());
     }
     info = std::move(updated);
@@ -354,21 +399,24 @@ grpc::Status TrainingServiceImpl::CreateSession(Context* context, const v1::Crea
 
 grpc::Status TrainingServiceImpl::GetSession(Context* context, const v1::GetSessionRequest* request,
                                              v1::Session* response) {
-  absl::StatusOr<SessionInfo> info = sessions_->Get(request->session_id());
+  TRAIND_AUTHORIZE(call);
+  absl::StatusOr<SessionInfo> info = sessions_->Get(call.caller, request->session_id());
   if (!info.ok()) return Fail(context, info.status(), "SESSION_NOT_FOUND");
   SessionInfoToWire(*info, response);
   return grpc::Status::OK;
 }
 
-grpc::Status TrainingServiceImpl::ListSessions(Context* /*context*/, const v1::ListSessionsRequest* /*request*/,
+grpc::Status TrainingServiceImpl::ListSessions(Context* context, const v1::ListSessionsRequest* /*request*/,
                                                v1::ListSessionsResponse* response) {
-  for (const SessionInfo& info : sessions_->List()) SessionInfoToWire(info, response->add_sessions());
+  TRAIND_AUTHORIZE(call);
+  for (const SessionInfo& info : sessions_->List(call.caller)) SessionInfoToWire(info, response->add_sessions());
   return grpc::Status::OK;
 }
 
 grpc::Status TrainingServiceImpl::CloseSession(Context* context, const v1::CloseSessionRequest* request,
                                                v1::CloseSessionResponse* /*response*/) {
-  absl::Status closed = sessions_->Close(request->session_id());
+  TRAIND_AUTHORIZE(call);
+  absl::Status closed = sessions_->Close(call.caller, request->session_id());
   if (!closed.ok()) return Fail(context, closed, "SESSION_NOT_FOUND");
   return grpc::Status::OK;
 }
@@ -377,12 +425,13 @@ grpc::Status TrainingServiceImpl::CloseSession(Context* context, const v1::Close
 
 grpc::Status TrainingServiceImpl::TrainStep(Context* context, const v1::TrainStepRequest* request,
                                             v1::TrainStepResponse* response) {
+  TRAIND_AUTHORIZE(call);
   absl::StatusOr<engine::NamedTensors> inputs =
       NamedTensorsFromWire(request->inputs(), limits_.max_message_bytes, "inputs", "input");
   if (!inputs.ok()) return Fail(context, inputs.status());
   const std::vector<std::string> fetch(request->fetch_outputs().begin(), request->fetch_outputs().end());
-  absl::StatusOr<TrainStepResult> result = sessions_->TrainStep(request->session_id(), *inputs,
-                                                                request->accumulate_only(), fetch, CancelledOf(context));
+  absl::StatusOr<TrainStepResult> result = sessions_->TrainStep(call.caller, request->session_id(), *inputs,
+                                                                request->accumulate_only(), fetch);
   if (!result.ok()) return Fail(context, result.status());
   response->set_loss(result->loss);
   for (const auto& [name, tensor] : result->outputs) {
@@ -399,7 +448,8 @@ grpc::Status TrainingServiceImpl::TrainStep(Context* context, const v1::TrainSte
 
 grpc::Status TrainingServiceImpl::OptimizerStep(Context* context, const v1::OptimizerStepRequest* request,
                                                 v1::OptimizerStepResponse* response) {
-  absl::StatusOr<OptimizerStepInfo> step = sessions_->OptimizerStep(request->session_id(), CancelledOf(context));
+  TRAIND_AUTHORIZE(call);
+  absl::StatusOr<OptimizerStepInfo> step = sessions_->OptimizerStep(call.caller, request->session_id());
   if (!step.ok()) return Fail(context, step.status());
   response->set_optimizer_step(step->optimizer_step);
   response->set_learning_rate(step->learning_rate);
@@ -410,17 +460,19 @@ grpc::Status TrainingServiceImpl::OptimizerStep(Context* context, const v1::Opti
 
 grpc::Status TrainingServiceImpl::LazyResetGrad(Context* context, const v1::LazyResetGradRequest* request,
                                                 v1::LazyResetGradResponse* /*response*/) {
-  absl::Status reset = sessions_->LazyResetGrad(request->session_id());
+  TRAIND_AUTHORIZE(call);
+  absl::Status reset = sessions_->LazyResetGrad(call.caller, request->session_id());
   if (!reset.ok()) return Fail(context, reset);
   return grpc::Status::OK;
 }
 
 grpc::Status TrainingServiceImpl::Eval(Context* context, const v1::EvalRequest* request, v1::EvalResponse* response) {
+  TRAIND_AUTHORIZE(call);
   absl::StatusOr<engine::NamedTensors> inputs =
       NamedTensorsFromWire(request->inputs(), limits_.max_message_bytes, "inputs", "input");
   if (!inputs.ok()) return Fail(context, inputs.status());
   const std::vector<std::string> fetch(request->fetch_outputs().begin(), request->fetch_outputs().end());
-  absl::StatusOr<EvalResult> result = sessions_->Eval(request->session_id(), *inputs, fetch, CancelledOf(context));
+  absl::StatusOr<EvalResult> result = sessions_->Eval(call.caller, request->session_id(), *inputs, fetch);
   if (!result.ok()) return Fail(context, result.status());
   response->set_loss(result->loss);
   for (const auto& [name, tensor] : result->outputs) {
@@ -433,7 +485,8 @@ grpc::Status TrainingServiceImpl::Eval(Context* context, const v1::EvalRequest* 
 
 grpc::Status TrainingServiceImpl::SetLearningRate(Context* context, const v1::SetLearningRateRequest* request,
                                                   v1::LearningRate* response) {
-  absl::StatusOr<LearningRateInfo> rate = sessions_->SetLearningRate(request->session_id(), request->learning_rate());
+  TRAIND_AUTHORIZE(call);
+  absl::StatusOr<LearningRateInfo> rate = sessions_->SetLearningRate(call.caller, request->session_id(), request->learning_rate());
   if (!rate.ok()) return Fail(context, rate.status());
   *response = LearningRateToWire(*rate);
   return grpc::Status::OK;
@@ -441,7 +494,8 @@ grpc::Status TrainingServiceImpl::SetLearningRate(Context* context, const v1::Se
 
 grpc::Status TrainingServiceImpl::GetLearningRate(Context* context, const v1::GetLearningRateRequest* request,
                                                   v1::LearningRate* response) {
-  absl::StatusOr<LearningRateInfo> rate = sessions_->GetLearningRate(request->session_id());
+  TRAIND_AUTHORIZE(call);
+  absl::StatusOr<LearningRateInfo> rate = sessions_->GetLearningRate(call.caller, request->session_id());
   if (!rate.ok()) return Fail(context, rate.status());
   *response = LearningRateToWire(*rate);
   return grpc::Status::OK;
@@ -449,13 +503,14 @@ grpc::Status TrainingServiceImpl::GetLearningRate(Context* context, const v1::Ge
 
 grpc::Status TrainingServiceImpl::SetScheduler(Context* context, const v1::SetSchedulerRequest* request,
                                                v1::SetSchedulerResponse* response) {
+  TRAIND_AUTHORIZE(call);
   absl::StatusOr<std::optional<engine::LearningRateScheduler>> scheduler = SchedulerFromWire(request->scheduler());
   if (!scheduler.ok()) return Fail(context, scheduler.status());
   SchedulerRequest scheduling;
   scheduling.scheduler = *std::move(scheduler);
   if (request->has_initial_learning_rate()) scheduling.initial_learning_rate = request->initial_learning_rate();
   scheduling.manual_step = request->manual_step();
-  absl::StatusOr<LearningRateInfo> rate = sessions_->SetScheduler(request->session_id(), scheduling);
+  absl::StatusOr<LearningRateInfo> rate = sessions_->SetScheduler(call.caller, request->session_id(), scheduling);
   if (!rate.ok()) return Fail(context, rate.status());
   *response->mutable_learning_rate() = LearningRateToWire(*rate);
   return grpc::Status::OK;
@@ -463,7 +518,8 @@ grpc::Status TrainingServiceImpl::SetScheduler(Context* context, const v1::SetSc
 
 grpc::Status TrainingServiceImpl::SchedulerStep(Context* context, const v1::SchedulerStepRequest* request,
                                                 v1::LearningRate* response) {
-  absl::StatusOr<LearningRateInfo> rate = sessions_->SchedulerStep(request->session_id());
+  TRAIND_AUTHORIZE(call);
+  absl::StatusOr<LearningRateInfo> rate = sessions_->SchedulerStep(call.caller, request->session_id());
   if (!rate.ok()) return Fail(context, rate.status());
   *response = LearningRateToWire(*rate);
   return grpc::Status::OK;
@@ -473,6 +529,7 @@ grpc::Status TrainingServiceImpl::SchedulerStep(Context* context, const v1::Sche
 
 grpc::Status TrainingServiceImpl::SaveCheckpoint(Context* context, const v1::SaveCheckpointRequest* request,
                                                  v1::SaveCheckpointResponse* response) {
+  TRAIND_AUTHORIZE(call);
   if (request->name().empty() && !request->return_bytes()) {
     return Fail(context, absl::InvalidArgumentError("give the checkpoint a name, or ask for its bytes"));
   }
@@ -482,10 +539,13 @@ grpc::Status TrainingServiceImpl::SaveCheckpoint(Context* context, const v1::Sav
     }
   }
   absl::StatusOr<std::string> bytes =
-      sessions_->SerializeCheckpoint(request->session_id(), request->include_optimizer_state());
+      sessions_->SerializeCheckpoint(call.caller, request->session_id(), request->include_optimizer_state());
   if (!bytes.ok()) return Fail(context, bytes.status());
   if (!request->name().empty()) {
-    if (absl::Status saved = artifacts_->SaveCheckpoint(request->name(), *bytes); !saved.ok()) {
+    if (absl::Status room = CheckStorage(call, static_cast<int64_t>(bytes->size())); !room.ok()) {
+      return Fail(context, room);
+    }
+    if (absl::Status saved = call.space->artifacts->SaveCheckpoint(request->name(), *bytes); !saved.ok()) {
       return Fail(context, saved);
     }
   }
@@ -498,23 +558,24 @@ grpc::Status TrainingServiceImpl::SaveCheckpoint(Context* context, const v1::Sav
 
 grpc::Status TrainingServiceImpl::LoadCheckpoint(Context* context, const v1::LoadCheckpointRequest* request,
                                                  v1::LoadCheckpointResponse* response) {
+  TRAIND_AUTHORIZE(call);
   absl::StatusOr<std::string> bytes;
   switch (request->source_case()) {
     case v1::LoadCheckpointRequest::kName:
-      bytes = artifacts_->ReadCheckpoint(request->name());
+      bytes = call.space->artifacts->ReadCheckpoint(request->name());
       break;
     case v1::LoadCheckpointRequest::kContent:
       bytes = request->content();
       break;
     case v1::LoadCheckpointRequest::kBlobId:
-      bytes = blobs_->Read(request->blob_id());
+      bytes = call.space->blobs->Read(request->blob_id());
       break;
     case v1::LoadCheckpointRequest::SOURCE_NOT_SET:
       bytes = absl::InvalidArgumentError("give the checkpoint's name, content or blob_id");
       break;
   }
   if (!bytes.ok()) return Fail(context, bytes.status());
-  absl::StatusOr<SessionInfo> info = sessions_->LoadCheckpoint(request->session_id(), *bytes);
+  absl::StatusOr<SessionInfo> info = sessions_->LoadCheckpoint(call.caller, request->session_id(), *bytes);
   if (!info.ok()) {
     return Fail(context, info.status(),
                 info.status().code() == absl::StatusCode::kDataLoss ? "CHECKPOINT_DIGEST_MISMATCH" : "");
@@ -525,6 +586,7 @@ grpc::Status TrainingServiceImpl::LoadCheckpoint(Context* context, const v1::Loa
 
 grpc::Status TrainingServiceImpl::UpdateProperties(Context* context, const v1::UpdatePropertiesRequest* request,
                                                    v1::UpdatePropertiesResponse* response) {
+  TRAIND_AUTHORIZE(call);
   engine::PropertyBag set;
   for (const auto& [name, property] : request->set()) {
     absl::StatusOr<engine::PropertyValue> value = PropertyFromWire(name, property);
@@ -532,7 +594,7 @@ grpc::Status TrainingServiceImpl::UpdateProperties(Context* context, const v1::U
     set[name] = *std::move(value);
   }
   const std::vector<std::string> remove(request->remove().begin(), request->remove().end());
-  absl::StatusOr<engine::PropertyBag> properties = sessions_->UpdateProperties(request->session_id(), set, remove);
+  absl::StatusOr<engine::PropertyBag> properties = sessions_->UpdateProperties(call.caller, request->session_id(), set, remove);
   if (!properties.ok()) return Fail(context, properties.status());
   for (const auto& [name, value] : *properties) PropertyToWire(value, &(*response->mutable_properties())[name]);
   return grpc::Status::OK;
@@ -542,11 +604,12 @@ grpc::Status TrainingServiceImpl::UpdateProperties(Context* context, const v1::U
 
 grpc::Status TrainingServiceImpl::GetParameters(Context* context, const v1::GetParametersRequest* request,
                                                 v1::GetParametersResponse* response) {
+  TRAIND_AUTHORIZE(call);
   ParameterRequest wanted;
   wanted.trainable_only = request->trainable_only();
   wanted.names.assign(request->names().begin(), request->names().end());
   wanted.include_gradients = request->include_gradients();
-  absl::StatusOr<ParameterValues> values = sessions_->GetParameters(request->session_id(), wanted);
+  absl::StatusOr<ParameterValues> values = sessions_->GetParameters(call.caller, request->session_id(), wanted);
   if (!values.ok()) return Fail(context, values.status());
   for (const ParameterLayout& layout : values->layout) {
     v1::ParameterSlice* slice = response->add_layout();
@@ -581,6 +644,7 @@ grpc::Status TrainingServiceImpl::GetParameters(Context* context, const v1::GetP
 
 grpc::Status TrainingServiceImpl::SetParameters(Context* context, const v1::SetParametersRequest* request,
                                                 v1::SetParametersResponse* /*response*/) {
+  TRAIND_AUTHORIZE(call);
   if (request->has_buffer() == (request->parameters_size() > 0)) {
     return Fail(context, absl::InvalidArgumentError("give either buffer or parameters"));
   }
@@ -588,12 +652,12 @@ grpc::Status TrainingServiceImpl::SetParameters(Context* context, const v1::SetP
   if (request->has_buffer()) {
     absl::StatusOr<engine::Tensor> buffer = TensorFromWire(request->buffer(), limits_.max_message_bytes, "buffer");
     if (!buffer.ok()) return Fail(context, buffer.status());
-    set = sessions_->SetParameters(request->session_id(), request->trainable_only(), &*buffer, {});
+    set = sessions_->SetParameters(call.caller, request->session_id(), request->trainable_only(), &*buffer, {});
   } else {
     absl::StatusOr<engine::NamedTensors> named =
         NamedTensorsFromWire(request->parameters(), limits_.max_message_bytes, "parameters", "parameter");
     if (!named.ok()) return Fail(context, named.status());
-    set = sessions_->SetParameters(request->session_id(), request->trainable_only(), nullptr, *named);
+    set = sessions_->SetParameters(call.caller, request->session_id(), request->trainable_only(), nullptr, *named);
   }
   if (!set.ok()) return Fail(context, set);
   return grpc::Status::OK;
@@ -601,8 +665,9 @@ grpc::Status TrainingServiceImpl::SetParameters(Context* context, const v1::SetP
 
 grpc::Status TrainingServiceImpl::ExportForInference(Context* context, const v1::ExportForInferenceRequest* request,
                                                      v1::ExportForInferenceResponse* response) {
+  TRAIND_AUTHORIZE(call);
   const std::vector<std::string> outputs(request->output_names().begin(), request->output_names().end());
-  absl::StatusOr<std::string> model = sessions_->ExportForInference(request->session_id(), outputs, CancelledOf(context));
+  absl::StatusOr<std::string> model = sessions_->ExportForInference(call.caller, request->session_id(), outputs);
   if (!model.ok()) return Fail(context, model.status());
   response->set_sha256_hex(engine::Sha256Hex(*model));
   response->set_onnx_model(*std::move(model));

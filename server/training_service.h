@@ -11,6 +11,8 @@
 #include "server/artifact_store.h"
 #include "server/blob_store.h"
 #include "server/session_manager.h"
+#include "server/tenant_spaces.h"
+#include "server/tenants.h"
 #include "traind/v1/training_service.grpc.pb.h"
 
 namespace traind {
@@ -25,8 +27,8 @@ struct ServiceLimits {
 class TrainingServiceImpl final : public traind::v1::TrainingService::Service {
  public:
   // Everything passed in must outlive the service.
-  TrainingServiceImpl(ServiceLimits limits, BlobStore* blobs, ArtifactStore* artifacts, SessionManager* sessions)
-      : limits_(limits), blobs_(blobs), artifacts_(artifacts), sessions_(sessions) {}
+  TrainingServiceImpl(ServiceLimits limits, Tenants* tenants, TenantSpaces* spaces, SessionManager* sessions)
+      : limits_(limits), tenants_(tenants), spaces_(spaces), sessions_(sessions) {}
 
   using Context = grpc::ServerContext;
   grpc::Status GetServerInfo(Context*, const v1::GetServerInfoRequest*, v1::ServerInfo*) override;
@@ -62,13 +64,24 @@ class TrainingServiceImpl final : public traind::v1::TrainingService::Service {
   static std::vector<std::string> FullMethodNames();
 
  private:
+  // An authenticated call: its tenant, the tenant's stores, and what the core needs to know of the caller.
+  struct Call {
+    TenantConfig tenant;
+    TenantSpace* space = nullptr;
+    Caller caller;
+  };
+  // UNAUTHENTICATED unless the call carries a token of a tenant (when the daemon has tenants).
+  absl::StatusOr<Call> Authorize(grpc::ServerContext* context) const;
+  // RESOURCE_EXHAUSTED when `new_bytes` more would exceed the tenant's max_stored_bytes.
+  absl::Status CheckStorage(const Call& call, int64_t new_bytes) const;
   // A model from inline bytes or an uploaded blob, validated by the engine's loader.
-  absl::StatusOr<onnx::ModelProto> ResolveModel(const v1::ModelSource& source, const std::string& what) const;
-  absl::StatusOr<SessionModels> ModelsOf(const v1::CreateSessionRequest& request) const;
+  absl::StatusOr<onnx::ModelProto> ResolveModel(const TenantSpace& space, const v1::ModelSource& source,
+                                                const std::string& what) const;
+  absl::StatusOr<SessionModels> ModelsOf(const TenantSpace& space, const v1::CreateSessionRequest& request) const;
 
   ServiceLimits limits_;
-  BlobStore* blobs_;
-  ArtifactStore* artifacts_;
+  Tenants* tenants_;
+  TenantSpaces* spaces_;
   SessionManager* sessions_;
 };
 

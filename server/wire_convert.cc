@@ -145,6 +145,7 @@ void SessionInfoToWire(const SessionInfo& info, v1::Session* wire) {
   wire->set_scheduler(info.scheduler);
   wire->set_last_loss(info.last_loss);
   wire->set_train_steps(info.train_steps);
+  wire->set_tenant(info.tenant);
 }
 
 // ---- GenerateArtifacts ----

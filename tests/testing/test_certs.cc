@@ -88,7 +88,8 @@ void WriteKey(const std::string& path, EVP_PKEY* key) {
 PemFiles GenerateTestPki(const std::string& directory, const std::string& name_prefix) {
   std::filesystem::create_directories(directory);
   const std::string base = directory + "/" + name_prefix;
-  PemFiles files{base + "ca.pem", base + "server.pem", base + "server.key", base + "client.pem", base + "client.key"};
+  PemFiles files{base + "ca.pem",     base + "server.pem",       base + "server.key",      base + "client.pem",
+                 base + "client.key", base + "client2.pem", base + "client2.key"};
 
   KeyPtr ca_key = NewKey();
   CertPtr ca = Issue(ca_key.get(), "traind test CA", nullptr, nullptr, /*is_ca=*/true, nullptr, 1);
@@ -103,6 +104,10 @@ PemFiles GenerateTestPki(const std::string& directory, const std::string& name_p
   WriteKey(files.server_key, server_key.get());
   WriteCert(files.client_cert, client.get());
   WriteKey(files.client_key, client_key.get());
+  KeyPtr other_key = NewKey();
+  CertPtr other = Issue(other_key.get(), "traind other client", ca.get(), ca_key.get(), /*is_ca=*/false, nullptr, 4);
+  WriteCert(files.other_client_cert, other.get());
+  WriteKey(files.other_client_key, other_key.get());
   return files;
 }
 

@@ -11,8 +11,10 @@ struct PemFiles {
   std::string ca_cert;      // path of the CA certificate
   std::string server_cert;  // path of the server certificate (SAN localhost, 127.0.0.1), signed by the CA
   std::string server_key;
-  std::string client_cert;  // path of a client certificate signed by the CA
+  std::string client_cert;  // path of a client certificate signed by the CA, common name "traind test client"
   std::string client_key;
+  std::string other_client_cert;  // another one, common name "traind other client"
+  std::string other_client_key;
 };
 
 // Writes a fresh PKI into `directory` (created if needed); files are named "<name_prefix>ca.pem" etc.

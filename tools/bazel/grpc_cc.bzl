@@ -5,8 +5,11 @@ and its generated header is included as "traind/v1/x.pb.h". Imports of google/pr
 /usr/include, and their code to Debian's libprotobuf.
 """
 
-def cc_grpc_library(name, srcs, with_grpc = True, visibility = None):
-    """Generates and compiles C++ messages (and, with `with_grpc`, gRPC service stubs) for `srcs`."""
+def cc_grpc_library(name, srcs, with_grpc = True, deps = [], proto_deps = [], visibility = None):
+    """Generates and compiles C++ messages (and, with `with_grpc`, gRPC service stubs) for `srcs`.
+
+    `proto_deps` are the .proto files `srcs` import (for the code generator), `deps` their cc_grpc_library targets.
+    """
     pkg = native.package_name()
     outs = []
     for src in srcs:
@@ -19,7 +22,7 @@ def cc_grpc_library(name, srcs, with_grpc = True, visibility = None):
         grpc_flags = "--plugin=protoc-gen-grpc=/usr/bin/grpc_cpp_plugin --grpc_out=$(GENDIR)/%s " % pkg
     native.genrule(
         name = name + "_codegen",
-        srcs = srcs,
+        srcs = srcs + proto_deps,
         outs = outs,
         cmd = "/usr/bin/protoc -I%s --cpp_out=$(GENDIR)/%s %s%s" % (
             pkg,
@@ -33,6 +36,6 @@ def cc_grpc_library(name, srcs, with_grpc = True, visibility = None):
         srcs = [o for o in outs if o.endswith(".cc")],
         hdrs = [o for o in outs if o.endswith(".h")],
         includes = ["."],
-        deps = ["@grpc//:lib"],
+        deps = ["@grpc//:lib"] + deps,
         visibility = visibility,
     )
