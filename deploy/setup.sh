@@ -8,7 +8,7 @@ BUILD_PACKAGES=(
   bazel-bootstrap g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libssl-dev openssl prometheus-cpp-dev libonnx-dev libgtest-dev libgmock-dev
-  libdnnl-dev libopenblas-dev
+  libdnnl-dev libopenblas-dev zlib1g-dev
 )
 # Tests, golden-data generators, the Python client and cross-checks.
 TEST_PACKAGES=(

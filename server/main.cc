@@ -47,6 +47,11 @@ ABSL_FLAG(int, default_num_threads, 0,
           "Intra-op threads of a session that does not choose; 0: the available CPUs / max_concurrent_steps.");
 ABSL_FLAG(std::string, tenants_file, "",
           "Tenants with their bearer-token hashes and quotas; calls must then carry a token. Re-read on SIGHUP.");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
+          "Checkpoint a session after this many optimizer steps unless it chose its own policy (0: off).");
+ABSL_FLAG(double, checkpoint_every_seconds, 60,
+          "Checkpoint a session when this long has passed since its last checkpoint (0: off). Sessions are also "
+          "checkpointed on drain and resume from their last checkpoint after a restart.");
 ABSL_FLAG(std::string, ready_file, "",
           "Write a JSON file with the bound addresses and the pid here once serving (atomically).");
 ABSL_FLAG(std::string, log_level, "info", "Least severe log level printed: debug, info, warn or error.");
@@ -72,6 +77,8 @@ traind::ServerOptions OptionsFromFlags() {
   options.default_num_threads = absl::GetFlag(FLAGS_default_num_threads);
   options.ready_file = absl::GetFlag(FLAGS_ready_file);
   options.tenants_file = absl::GetFlag(FLAGS_tenants_file);
+  options.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  options.checkpoint_every_seconds = absl::GetFlag(FLAGS_checkpoint_every_seconds);
   return options;
 }
 

@@ -73,6 +73,29 @@ absl::StatusOr<int> LockStateDir(const std::string& state_dir) {
   return fd;
 }
 
+// Brings back every session the state directory holds (a restart after a drain or a crash). A session that cannot
+// come back (its artifacts were deleted, a file is damaged) is reported and its files are left for an operator.
+void RestoreSessions(const SessionStore& store, TenantSpaces& spaces, SessionManager& sessions) {
+  std::vector<std::string> problems;
+  int restored = 0;
+  for (const SessionStore::Stored& stored : store.LoadAll(&problems)) {
+    absl::StatusOr<TenantSpace*> space = spaces.Get(stored.record.tenant);
+    absl::StatusOr<SessionModels> models =
+        space.ok() ? LoadSessionModels(**space, stored.record.origin) : absl::StatusOr<SessionModels>(space.status());
+    absl::StatusOr<SessionInfo> info =
+        models.ok() ? sessions.Restore(stored, *std::move(models)) : absl::StatusOr<SessionInfo>(models.status());
+    if (info.ok()) {
+      ++restored;
+    } else {
+      problems.push_back(absl::StrCat("session ", stored.record.session_id, ": ", info.status().message()));
+    }
+  }
+  for (const std::string& problem : problems) LogError("session not restored", {{"problem", problem}});
+  if (restored > 0 || !problems.empty()) {
+    LogInfo("sessions restored", {{"restored", std::to_string(restored)}, {"failed", std::to_string(problems.size())}});
+  }
+}
+
 std::vector<std::string> KnownMethods() {
   std::vector<std::string> methods = TrainingServiceImpl::FullMethodNames();
   methods.push_back("/grpc.health.v1.Health/Check");
@@ -116,6 +139,7 @@ struct TraindServer::State {
   std::unique_ptr<Tenants> tenants;
   std::unique_ptr<TenantSpaces> spaces;
   std::unique_ptr<ComputePool> compute;
+  std::unique_ptr<SessionStore> session_store;
   std::unique_ptr<SessionManager> sessions;  // uses `compute`, so declared (and destroyed) after it
   std::unique_ptr<TrainingServiceImpl> service;
   HealthService health;
@@ -201,7 +225,14 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
   SessionLimits session_limits;
   session_limits.max_sessions = options.max_sessions;
   session_limits.default_num_threads = default_threads;
-  state->sessions = std::make_unique<SessionManager>(state->compute.get(), session_limits);
+  if (options.checkpoint_every_steps < 0 || !(options.checkpoint_every_seconds >= 0)) {
+    return absl::InvalidArgumentError("--checkpoint_every_steps and --checkpoint_every_seconds must be >= 0");
+  }
+  session_limits.default_checkpoint_policy = {options.checkpoint_every_steps, options.checkpoint_every_seconds};
+  state->session_store = std::make_unique<SessionStore>(state->options.state_dir);
+  state->sessions =
+      std::make_unique<SessionManager>(state->compute.get(), session_limits, state->session_store.get());
+  RestoreSessions(*state->session_store, *state->spaces, *state->sessions);
   ServiceLimits service_limits;
   service_limits.max_message_bytes = options.max_message_bytes;
   service_limits.max_sessions = options.max_sessions;
@@ -275,6 +306,9 @@ void TraindServer::Drain() {
   if (!state_->in_flight.WaitUntilIdle(deadline + absl::Milliseconds(500))) {
     LogWarn("drain timed out", {{"in_flight", std::to_string(state_->in_flight.count())}});
   }
+  // Every session's latest state, so that the next start resumes exactly here.
+  const int checkpointed = state_->sessions->CheckpointAll();
+  LogInfo("sessions checkpointed", {{"sessions", std::to_string(checkpointed)}});
   LogInfo("stopped");
 }
 

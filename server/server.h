@@ -38,6 +38,10 @@ struct ServerOptions {
   int default_num_threads = 0;
   // Tenants and their token hashes (tenants.h); empty: one anonymous tenant, no token asked.
   std::string tenants_file;
+  // The automatic checkpoint policy of sessions that do not choose one (0: off). Every session is also
+  // checkpointed on drain, and comes back from its last checkpoint after a restart.
+  int64_t checkpoint_every_steps = 0;
+  double checkpoint_every_seconds = 60;
   // Written atomically, as JSON with the bound addresses and the pid, once the daemon serves.
   std::string ready_file;
 };

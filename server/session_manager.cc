@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/core/status_macros.h"
 #include "engine/training/module.h"
+#include "server/logging.h"
 #include "server/state_names.h"
 
 namespace traind {
@@ -83,9 +84,13 @@ uint64_t RandomSeed() {
 }  // namespace
 
 class SessionManager::Session {
+  // First, so that they are initialized before `record` takes the constructor's argument.
+  const std::string id_;
+  const std::string tenant_;
+
  public:
-  Session(std::string id, std::string tenant, SessionSettings settings)
-      : id_(std::move(id)), tenant_(std::move(tenant)), settings_(std::move(settings)) {}
+  explicit Session(SessionRecordData data)
+      : id_(data.session_id), tenant_(data.tenant), record(std::move(data)) {}
 
   const std::string& id() const { return id_; }
   const std::string& tenant() const { return tenant_; }
@@ -100,6 +105,12 @@ class SessionManager::Session {
   std::optional<engine::LearningRateScheduler> manual_scheduler ABSL_GUARDED_BY(mu);
   float last_loss ABSL_GUARDED_BY(mu) = std::numeric_limits<float>::quiet_NaN();
   int64_t train_steps ABSL_GUARDED_BY(mu) = 0;
+  // What a restart needs besides the state (session_store.h); rewritten when it changes (a manual scheduler).
+  SessionRecordData record ABSL_GUARDED_BY(mu);
+  // The last automatic checkpoint, and whether anything changed since.
+  int64_t checkpoint_step ABSL_GUARDED_BY(mu) = -1;
+  absl::Time checkpoint_time ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  bool changed_since_checkpoint ABSL_GUARDED_BY(mu) = false;
 
   // What Get/List report. Kept apart from `mu` so that looking at a session never waits for its step.
   SessionInfo Snapshot() const {
@@ -114,9 +125,10 @@ class SessionManager::Session {
     absl::MutexLock lock(&info_mu_);
     info_.session_id = id_;
     info_.tenant = tenant_;
-    info_.display_name = settings_.display_name;
-    info_.artifact_id = settings_.artifact_id;
+    info_.display_name = record.display_name;
+    info_.artifact_id = record.origin.artifact_id;
     info_.num_threads = num_threads;
+    info_.checkpoint_policy = record.checkpoint_policy;
     info_.training_inputs = module->TrainingInputs();
     info_.output_names = module->TrainingOutputNames();
     info_.has_eval_model = module->has_eval_model();
@@ -137,6 +149,8 @@ class SessionManager::Session {
     info_.scheduler = manual_scheduler ? manual_scheduler->kind() : state.scheduler.kind;
     info_.last_loss = last_loss;
     info_.train_steps = train_steps;
+    info_.checkpoint_step = checkpoint_step;
+    info_.checkpoint_time = checkpoint_time == absl::InfinitePast() ? 0 : absl::ToDoubleSeconds(checkpoint_time - absl::UnixEpoch());
   }
 
   LearningRateInfo LearningRate() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -150,9 +164,6 @@ class SessionManager::Session {
   }
 
  private:
-  const std::string id_;
-  const std::string tenant_;
-  const SessionSettings settings_;
   mutable absl::Mutex info_mu_;
   SessionInfo info_ ABSL_GUARDED_BY(info_mu_);
 };
@@ -177,12 +188,14 @@ class SessionManager::Call {
     return absl::NotFoundError(absl::StrCat("no session '", session_->id(), "' (it was closed)"));
   }
   Session* operator->() const { return session_.get(); }
+  Session& operator*() const { return *session_; }
 
  private:
   std::shared_ptr<Session> session_;
 };
 
-SessionManager::SessionManager(ComputePool* compute, SessionLimits limits) : compute_(compute), limits_(limits) {}
+SessionManager::SessionManager(ComputePool* compute, SessionLimits limits, const SessionStore* store)
+    : compute_(compute), limits_(limits), store_(store) {}
 SessionManager::~SessionManager() = default;
 
 int64_t SessionManager::size() const {
@@ -247,33 +260,119 @@ absl::StatusOr<SessionInfo> SessionManager::Create(const Caller& caller, Session
     }
   } creating_done{this, caller.tenant};
 
-  auto session = std::make_shared<Session>(NewRandomId(kSessionIdPrefix), caller.tenant, settings);
-  engine::ModuleOptions module_options;
-  module_options.num_threads = settings.num_threads > 0 ? settings.num_threads : limits_.default_num_threads;
-  module_options.random_seed = settings.seed != 0 ? settings.seed : RandomSeed();
+  SessionRecordData record;
+  record.session_id = NewRandomId(kSessionIdPrefix);
+  record.tenant = caller.tenant;
+  record.display_name = settings.display_name;
+  record.origin = settings.origin;
+  // What the session runs with is fixed now and recorded, so that a restart brings back the same session.
+  record.num_threads = settings.num_threads > 0 ? settings.num_threads : limits_.default_num_threads;
+  record.seed = settings.seed != 0 ? settings.seed : RandomSeed();
+  record.checkpoint_policy = settings.checkpoint_policy.value_or(limits_.default_checkpoint_policy);
+  record.created_time = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  auto session = std::make_shared<Session>(std::move(record));
+  return Open(std::move(session), std::move(models), caller.cancelled, /*persist=*/true);
+}
+
+absl::StatusOr<SessionInfo> SessionManager::Restore(const SessionStore::Stored& stored, SessionModels models) {
   {
-    absl::MutexLock lock(&session->mu);
-    session->state = std::move(models.checkpoint);
-    TRAIND_RETURN_IF_ERROR(compute_->Run(
-        [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
-          TRAIND_ASSIGN_OR_RETURN(
-              session->module,
-              engine::Module::Create(models.training_model, models.eval_model ? &*models.eval_model : nullptr,
-                                     &session->state, module_options));
-          if (models.optimizer_model) {
-            TRAIND_ASSIGN_OR_RETURN(session->optimizer,
-                                    engine::Optimizer::Create(*models.optimizer_model, session->module.get()));
-          }
-          return absl::OkStatus();
-        },
-        caller.cancelled));
-    session->InitializeSnapshot(module_options.num_threads);
-    session->RefreshSnapshot();
+    absl::MutexLock lock(&mu_);
+    if (sessions_.count(stored.record.session_id) > 0) {
+      return absl::AlreadyExistsError(absl::StrCat("session '", stored.record.session_id, "' is already open"));
+    }
   }
+  if (!stored.checkpoint.empty()) {
+    TRAIND_ASSIGN_OR_RETURN(models.checkpoint,
+                            engine::ParseCheckpoint(stored.checkpoint, absl::StrCat("session ", stored.record.session_id,
+                                                                                   "'s checkpoint")));
+  }
+  auto session = std::make_shared<Session>(stored.record);
+  return Open(std::move(session), std::move(models), nullptr, /*persist=*/stored.checkpoint.empty());
+}
+
+absl::StatusOr<SessionInfo> SessionManager::Open(std::shared_ptr<Session> session, SessionModels models,
+                                                 const CancelledFn& cancelled, bool persist) {
+  absl::MutexLock lock(&session->mu);
+  engine::ModuleOptions module_options;
+  module_options.num_threads = session->record.num_threads;
+  module_options.random_seed = session->record.seed;
+  session->state = std::move(models.checkpoint);
+  TRAIND_RETURN_IF_ERROR(compute_->Run(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        TRAIND_ASSIGN_OR_RETURN(
+            session->module,
+            engine::Module::Create(models.training_model, models.eval_model ? &*models.eval_model : nullptr,
+                                   &session->state, module_options));
+        if (models.optimizer_model) {
+          TRAIND_ASSIGN_OR_RETURN(session->optimizer,
+                                  engine::Optimizer::Create(*models.optimizer_model, session->module.get()));
+        }
+        return absl::OkStatus();
+      },
+      cancelled));
+  if (!session->record.manual_scheduler.kind.empty()) {
+    TRAIND_ASSIGN_OR_RETURN(session->manual_scheduler,
+                            engine::LearningRateScheduler::FromState(session->record.manual_scheduler));
+  }
+  if (store_ != nullptr && persist) {
+    TRAIND_RETURN_IF_ERROR(store_->WriteRecord(session->record));
+    TRAIND_RETURN_IF_ERROR(WriteCheckpoint(*session));
+  } else if (store_ != nullptr) {
+    // Restored from its checkpoint: that is its last checkpoint.
+    session->checkpoint_step = session->optimizer ? session->optimizer->GetStep() : 0;
+    session->checkpoint_time = absl::Now();
+  }
+  session->InitializeSnapshot(session->record.num_threads);
+  session->RefreshSnapshot();
   SessionInfo info = session->Snapshot();
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock registry_lock(&mu_);
   sessions_.emplace(session->id(), std::move(session));
   return info;
+}
+
+absl::Status SessionManager::WriteCheckpoint(Session& session) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (store_ == nullptr) return absl::OkStatus();
+  engine::CheckpointSaveOptions options;
+  options.include_optimizer_state = true;
+  for (const engine::Parameter& parameter : session.state.parameters) {
+    if (!parameter.data.defined()) options.nominal = true;
+  }
+  absl::StatusOr<std::string> bytes = engine::SerializeCheckpoint(session.state, options);
+  absl::Status written = bytes.ok() ? store_->WriteCheckpoint(session.tenant(), session.id(), *bytes) : bytes.status();
+  if (!written.ok()) {
+    LogError("session checkpoint failed", {{"session", session.id()}, {"error", std::string(written.message())}});
+    return written;
+  }
+  session.checkpoint_step = session.optimizer ? session.optimizer->GetStep() : 0;
+  session.checkpoint_time = absl::Now();
+  session.changed_since_checkpoint = false;
+  return absl::OkStatus();
+}
+
+void SessionManager::MaybeCheckpoint(Session& session) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  session.changed_since_checkpoint = true;
+  if (store_ == nullptr || session.optimizer == nullptr) return;
+  const CheckpointPolicy& policy = session.record.checkpoint_policy;
+  const int64_t step = session.optimizer->GetStep();
+  const bool steps_due = policy.every_steps > 0 && step - session.checkpoint_step >= policy.every_steps;
+  const bool time_due =
+      policy.every_seconds > 0 && absl::Now() - session.checkpoint_time >= absl::Seconds(policy.every_seconds);
+  if (steps_due || time_due) WriteCheckpoint(session).IgnoreError();  // logged; training goes on
+}
+
+int SessionManager::CheckpointAll() {
+  std::vector<std::shared_ptr<Session>> sessions;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, session] : sessions_) sessions.push_back(session);
+  }
+  int written = 0;
+  for (const auto& session : sessions) {
+    absl::MutexLock lock(&session->mu);
+    if (session->closed || !session->changed_since_checkpoint) continue;
+    written += WriteCheckpoint(*session).ok();
+  }
+  return written;
 }
 
 absl::StatusOr<SessionInfo> SessionManager::Get(const Caller& caller, const std::string& session_id) {
@@ -309,6 +408,7 @@ absl::Status SessionManager::Close(const Caller& caller, const std::string& sess
   // Waits for the call in progress; calls queued behind it then see `closed`.
   absl::MutexLock lock(&session->mu);
   session->closed = true;
+  if (store_ != nullptr) store_->Remove(session->tenant(), session->id());
   session->optimizer.reset();
   session->module.reset();
   session->state = engine::CheckpointState();
@@ -349,6 +449,11 @@ absl::StatusOr<TrainStepResult> SessionManager::TrainStep(const Caller& caller, 
       },
       caller.cancelled));
   result.optimizer_step = session->optimizer ? session->optimizer->GetStep() : 0;
+  if (accumulate_only) {
+    session->changed_since_checkpoint = true;
+  } else {
+    MaybeCheckpoint(*session);
+  }
   session->RefreshSnapshot();
   return result;
 }
@@ -368,6 +473,7 @@ absl::StatusOr<OptimizerStepInfo> SessionManager::OptimizerStep(const Caller& ca
       caller.cancelled));
   info.optimizer_step = session->optimizer->GetStep();
   info.learning_rate = session->optimizer->GetLearningRate();
+  MaybeCheckpoint(*session);
   session->RefreshSnapshot();
   return info;
 }
@@ -402,6 +508,7 @@ absl::StatusOr<LearningRateInfo> SessionManager::SetLearningRate(const Caller& c
   TRAIND_SESSION_CALL(session, session_id);
   TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("SetLearningRate"));
   TRAIND_RETURN_IF_ERROR(session->optimizer->SetLearningRate(learning_rate));
+  session->changed_since_checkpoint = true;
   session->RefreshSnapshot();
   return session->LearningRate();
 }
@@ -435,6 +542,11 @@ absl::StatusOr<LearningRateInfo> SessionManager::SetScheduler(const Caller& call
   } else if (request.scheduler) {
     TRAIND_RETURN_IF_ERROR(optimizer.SetScheduler(*request.scheduler));
   }
+  session->changed_since_checkpoint = true;
+  // A manual scheduler lives in the record (checkpoints hold the automatic one).
+  session->record.manual_scheduler =
+      session->manual_scheduler ? session->manual_scheduler->ToState() : engine::SchedulerState();
+  if (store_ != nullptr) TRAIND_RETURN_IF_ERROR(store_->WriteRecord(session->record));
   session->RefreshSnapshot();
   return session->LearningRate();
 }
@@ -454,6 +566,7 @@ absl::StatusOr<LearningRateInfo> SessionManager::SchedulerStep(const Caller& cal
   TRAIND_ASSIGN_OR_RETURN(const float rate,
                           scheduler->LearningRate(optimizer.GetStep(), optimizer.GetInitialLearningRate()));
   TRAIND_RETURN_IF_ERROR(optimizer.SetLearningRate(rate));
+  session->changed_since_checkpoint = true;
   session->RefreshSnapshot();
   return session->LearningRate();
 }
@@ -478,6 +591,7 @@ absl::StatusOr<SessionInfo> SessionManager::LoadCheckpoint(const Caller& caller,
   TRAIND_SESSION_CALL(session, session_id);
   TRAIND_RETURN_IF_ERROR(
       engine::ReplaceCheckpointState(std::move(candidate), *session->module, session->optimizer.get()));
+  session->changed_since_checkpoint = true;
   session->RefreshSnapshot();
   SessionInfo info = session->Snapshot();
   return info;
@@ -506,6 +620,7 @@ absl::StatusOr<engine::PropertyBag> SessionManager::UpdateProperties(const Calle
         absl::StrCat("a session holds at most ", kMaxProperties, " properties (", properties.size(), " requested)"));
   }
   session->state.properties = std::move(properties);
+  session->changed_since_checkpoint = true;
   session->RefreshSnapshot();
   return session->state.properties;
 }
@@ -583,6 +698,7 @@ absl::Status SessionManager::SetParameters(const Caller& caller, const std::stri
       return absl::InvalidArgumentError(
           absl::StrCat("the parameter buffer must be a float32 vector, got ", buffer->DebugString()));
     }
+    session->changed_since_checkpoint = true;
     return session->module->CopyBufferToParameters(
         absl::MakeConstSpan(buffer->data<float>(), buffer->num_elements()), trainable_only);
   }
@@ -602,6 +718,7 @@ absl::Status SessionManager::SetParameters(const Caller& caller, const std::stri
     }
     writes.emplace_back(&*it, &tensor);
   }
+  session->changed_since_checkpoint = true;
   for (auto& [parameter, tensor] : writes) {
     if (!parameter->data.defined()) {
       TRAIND_ASSIGN_OR_RETURN(parameter->data, DeepCopy(*tensor));

@@ -27,6 +27,7 @@
 #include "engine/training/lr_scheduler.h"
 #include "server/artifact_store.h"
 #include "server/compute_pool.h"
+#include "server/session_store.h"
 
 namespace traind {
 
@@ -43,9 +44,10 @@ struct Caller {
 
 struct SessionSettings {
   std::string display_name;
-  std::string artifact_id;  // informational ("" for uploaded artifacts)
-  int num_threads = 0;      // intra-op threads; 0: the daemon's default
-  uint64_t seed = 0;        // Dropout masks; 0: a random seed
+  SessionOrigin origin;  // where the models come from (what a restart reloads)
+  int num_threads = 0;   // intra-op threads; 0: the daemon's default
+  uint64_t seed = 0;     // Dropout masks; 0: a random seed
+  std::optional<CheckpointPolicy> checkpoint_policy;  // unset: the daemon's default
 };
 
 // SetScheduler's request. No scheduler: the current one is removed and the learning rate stays where it is.
@@ -78,6 +80,9 @@ struct SessionInfo {
   std::string scheduler;  // kind, "" without one
   float last_loss = 0.0f;  // NaN before the first TrainStep
   int64_t train_steps = 0;
+  CheckpointPolicy checkpoint_policy;
+  int64_t checkpoint_step = -1;  // optimizer step of the last automatic checkpoint; -1: none
+  double checkpoint_time = 0;    // Unix seconds
 };
 
 struct TrainStepResult {
@@ -134,18 +139,26 @@ struct SessionLimits {
   int64_t max_sessions = 64;
   int default_num_threads = 1;
   int max_num_threads = 64;
+  CheckpointPolicy default_checkpoint_policy;
 };
 
 class SessionManager {
  public:
-  // `compute` must outlive the manager.
-  SessionManager(ComputePool* compute, SessionLimits limits);
+  // `compute` (and `store`, which may be null: nothing is persisted) must outlive the manager.
+  SessionManager(ComputePool* compute, SessionLimits limits, const SessionStore* store = nullptr);
   ~SessionManager();
   SessionManager(const SessionManager&) = delete;
   SessionManager& operator=(const SessionManager&) = delete;
 
   // RESOURCE_EXHAUSTED past max_sessions; INVALID_ARGUMENT for models and checkpoint that do not fit together.
+  // With a store, the session's record and initial checkpoint are on disk before it is returned.
   absl::StatusOr<SessionInfo> Create(const Caller& caller, SessionModels models, const SessionSettings& settings);
+  // Brings a stored session back (at start-up): same id, tenant and settings, the state of its last checkpoint
+  // (`stored.checkpoint`, or the models' own when it has none).
+  absl::StatusOr<SessionInfo> Restore(const SessionStore::Stored& stored, SessionModels models);
+  // Checkpoints every session changed since its last checkpoint (on drain). Returns how many were written;
+  // failures are logged.
+  int CheckpointAll();
   // NOT_FOUND for unknown ids, here and in every call below.
   absl::StatusOr<SessionInfo> Get(const Caller& caller, const std::string& session_id);
   // The caller's tenant's sessions.
@@ -197,9 +210,18 @@ class SessionManager {
   class Session;
   class Call;
   absl::StatusOr<std::shared_ptr<Session>> Find(const Caller& caller, const std::string& session_id) const;
+  // Compiles the session's models over `session->state` and registers it; with `persist`, writes its record
+  // and first checkpoint before registering it.
+  absl::StatusOr<SessionInfo> Open(std::shared_ptr<Session> session, SessionModels models, const CancelledFn& cancelled,
+                                   bool persist);
+  // Writes the session's checkpoint now (caller holds the session's lock); logs failures.
+  absl::Status WriteCheckpoint(Session& session);
+  // The session's checkpoint policy says a checkpoint is due after an optimizer step.
+  void MaybeCheckpoint(Session& session);
 
   ComputePool* compute_;
   const SessionLimits limits_;
+  const SessionStore* store_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t creating_ ABSL_GUARDED_BY(mu_) = 0;  // sessions being compiled, counted against max_sessions

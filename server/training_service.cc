@@ -304,39 +304,22 @@ grpc::Status TrainingServiceImpl::GenerateArtifacts(Context* context, const v1::
 
 // ---- Sessions ----
 
+SessionOrigin TrainingServiceImpl::OriginOf(const v1::CreateSessionRequest& request) {
+  SessionOrigin origin;
+  origin.artifact_id = request.artifact_id();
+  origin.training_model_blob = request.uploaded().training_model_blob_id();
+  origin.eval_model_blob = request.uploaded().eval_model_blob_id();
+  origin.optimizer_model_blob = request.uploaded().optimizer_model_blob_id();
+  origin.checkpoint_blob = request.uploaded().checkpoint_blob_id();
+  return origin;
+}
+
 absl::StatusOr<SessionModels> TrainingServiceImpl::ModelsOf(const TenantSpace& space,
                                                             const v1::CreateSessionRequest& request) const {
-  SessionModels models;
-  switch (request.artifacts_case()) {
-    case v1::CreateSessionRequest::kArtifactId: {
-      TRAIND_ASSIGN_OR_RETURN(models, space.artifacts->Load(request.artifact_id()));
-      break;
-    }
-    case v1::CreateSessionRequest::kUploaded: {
-      const v1::UploadedArtifacts& uploaded = request.uploaded();
-      auto model_of = [this, &space](const std::string& blob_id, const char* what) -> absl::StatusOr<onnx::ModelProto> {
-        v1::ModelSource source;
-        source.set_blob_id(blob_id);
-        return ResolveModel(space, source, what);
-      };
-      if (uploaded.training_model_blob_id().empty() || uploaded.checkpoint_blob_id().empty()) {
-        return absl::InvalidArgumentError("uploaded artifacts need a training model and a checkpoint");
-      }
-      TRAIND_ASSIGN_OR_RETURN(models.training_model, model_of(uploaded.training_model_blob_id(), "the training model"));
-      if (!uploaded.eval_model_blob_id().empty()) {
-        TRAIND_ASSIGN_OR_RETURN(models.eval_model, model_of(uploaded.eval_model_blob_id(), "the eval model"));
-      }
-      if (!uploaded.optimizer_model_blob_id().empty()) {
-        TRAIND_ASSIGN_OR_RETURN(models.optimizer_model,
-                                model_of(uploaded.optimizer_model_blob_id(), "the optimizer model"));
-      }
-      TRAIND_ASSIGN_OR_RETURN(const std::string bytes, space.blobs->Read(uploaded.checkpoint_blob_id()));
-      TRAIND_ASSIGN_OR_RETURN(models.checkpoint, engine::ParseCheckpoint(bytes, "the uploaded checkpoint"));
-      break;
-    }
-    case v1::CreateSessionRequest::ARTIFACTS_NOT_SET:
-      return absl::InvalidArgumentError("give an artifact_id or uploaded artifacts");
+  if (request.artifacts_case() == v1::CreateSessionRequest::ARTIFACTS_NOT_SET) {
+    return absl::InvalidArgumentError("give an artifact_id or uploaded artifacts");
   }
+  TRAIND_ASSIGN_OR_RETURN(SessionModels models, LoadSessionModels(space, OriginOf(request)));
   std::string start;
   switch (request.start_case()) {
     case v1::CreateSessionRequest::kCheckpointName: {
@@ -377,9 +360,16 @@ grpc::Status TrainingServiceImpl::CreateSession(Context* context, const v1::Crea
   }
   SessionSettings settings;
   settings.display_name = request->display_name();
-  settings.artifact_id = request->artifact_id();
+  settings.origin = OriginOf(*request);
   settings.num_threads = request->num_threads();
   settings.seed = request->seed();
+  if (request->has_checkpoint_policy()) {
+    const v1::CheckpointPolicy& policy = request->checkpoint_policy();
+    if (policy.every_steps() < 0 || !(policy.every_seconds() >= 0)) {
+      return Fail(context, absl::InvalidArgumentError("checkpoint_policy fields must be >= 0"));
+    }
+    settings.checkpoint_policy = CheckpointPolicy{policy.every_steps(), policy.every_seconds()};
+  }
   absl::StatusOr<SessionInfo> info = sessions_->Create(call.caller, *std::move(models), settings);
   if (!info.ok()) return Fail(context, info.status());
   if (scheduler->has_value()) {

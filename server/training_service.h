@@ -78,6 +78,7 @@ class TrainingServiceImpl final : public traind::v1::TrainingService::Service {
   absl::StatusOr<onnx::ModelProto> ResolveModel(const TenantSpace& space, const v1::ModelSource& source,
                                                 const std::string& what) const;
   absl::StatusOr<SessionModels> ModelsOf(const TenantSpace& space, const v1::CreateSessionRequest& request) const;
+  static SessionOrigin OriginOf(const v1::CreateSessionRequest& request);
 
   ServiceLimits limits_;
   Tenants* tenants_;

@@ -146,6 +146,10 @@ void SessionInfoToWire(const SessionInfo& info, v1::Session* wire) {
   wire->set_last_loss(info.last_loss);
   wire->set_train_steps(info.train_steps);
   wire->set_tenant(info.tenant);
+  wire->mutable_checkpoint_policy()->set_every_steps(info.checkpoint_policy.every_steps);
+  wire->mutable_checkpoint_policy()->set_every_seconds(info.checkpoint_policy.every_seconds);
+  wire->set_checkpoint_step(info.checkpoint_step);
+  wire->set_checkpoint_time(info.checkpoint_time);
 }
 
 // ---- GenerateArtifacts ----
