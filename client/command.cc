@@ -79,4 +79,13 @@ void CommandContext::PrintJson(const google::protobuf::Message& message) const {
   out() << MessageToJson(message) << "\n";
 }
 
+void CommandContext::Print(const google::protobuf::Message& message,
+                           const std::function<void(std::ostream&)>& human) const {
+  if (json()) {
+    PrintJson(message);
+  } else {
+    human(out());
+  }
+}
+
 }  // namespace traind::cli

@@ -91,6 +91,18 @@ class CommandContext {
   absl::StatusOr<bool> Serves(const std::string& rpc);
 
   void PrintJson(const google::protobuf::Message& message) const;
+  // The command's result: `message` as JSON with --json, else what `human` writes.
+  void Print(const google::protobuf::Message& message, const std::function<void(std::ostream&)>& human) const;
+
+  // One call whose response is the command's result (printed as by Print).
+  template <typename Request, typename Response>
+  absl::Status CallAndPrint(UnaryMethod<Request, Response> method, const Request& request,
+                            const std::function<void(std::ostream&, const Response&)>& human) {
+    Response response;
+    if (absl::Status status = Call(method, request, &response); !status.ok()) return status;
+    Print(response, [&](std::ostream& out) { human(out, response); });
+    return absl::OkStatus();
+  }
 
   // The exit code when the command returns OK (health: 1 when not serving; job watch: 5 when the job failed).
   void set_success_exit_code(int code) { success_exit_code_ = code; }

@@ -59,6 +59,18 @@ google::protobuf::Value NumberValue(double number) {
   return value;
 }
 
+google::protobuf::Value BoolValue(bool value) {
+  google::protobuf::Value result;
+  result.set_bool_value(value);
+  return result;
+}
+
+google::protobuf::Struct Document(std::initializer_list<std::pair<std::string, google::protobuf::Value>> fields) {
+  google::protobuf::Struct document;
+  for (const auto& [name, value] : fields) (*document.mutable_fields())[name] = value;
+  return document;
+}
+
 void PrintTable(std::ostream& out, const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> widths;
   for (const std::vector<std::string>& row : rows) {

@@ -19,6 +19,9 @@ std::string MessageToJson(const google::protobuf::Message& message);
 google::protobuf::Value MessageToValue(const google::protobuf::Message& message);
 google::protobuf::Value StringValue(const std::string& text);
 google::protobuf::Value NumberValue(double number);
+google::protobuf::Value BoolValue(bool value);
+// {"name": value, ...}.
+google::protobuf::Struct Document(std::initializer_list<std::pair<std::string, google::protobuf::Value>> fields);
 
 // Rows of cells, the first row the header; columns padded to their widest cell, the last column unpadded.
 void PrintTable(std::ostream& out, const std::vector<std::vector<std::string>>& rows);

@@ -157,7 +157,8 @@ void OptimizerFromFlags(const FlagValues& flags, v1::OptimizerSpec* optimizer) {
 // the bytes in `inline_files` (GenerateArtifacts' return_artifact_bytes). Every file is checked against its digest.
 absl::StatusOr<std::vector<std::string>> WriteArtifactFiles(
     CommandContext& context, const std::string& artifact_id,
-    const google::protobuf::RepeatedPtrField<v1::ArtifactFile>& files, const std::string& directory) {
+    const google::protobuf::RepeatedPtrField<v1::ArtifactFile>& files, const std::string& directory,
+    int64_t chunk_bytes) {
   if (absl::Status made = MakeDirectory(directory); !made.ok()) return made;
   std::vector<std::string> written;
   for (const v1::ArtifactFile& file : files) {
@@ -170,6 +171,7 @@ absl::StatusOr<std::vector<std::string>> WriteArtifactFiles(
       v1::DownloadRequest request;
       request.mutable_artifact_file()->set_artifact_id(artifact_id);
       request.mutable_artifact_file()->set_kind(file.kind());
+      request.set_chunk_bytes(chunk_bytes);
       absl::StatusOr<DownloadResult> downloaded = DownloadToFile(context, request, path);
       if (!downloaded.ok()) return downloaded.status();
       if (downloaded->sha256_hex != file.sha256_hex()) {
@@ -251,7 +253,7 @@ absl::Status RunGenerate(CommandContext& context) {
   std::vector<std::string> written;
   if (!out_dir.empty()) {
     absl::StatusOr<std::vector<std::string>> files =
-        WriteArtifactFiles(context, response.artifact_id(), response.files(), out_dir);
+        WriteArtifactFiles(context, response.artifact_id(), response.files(), out_dir, 0);
     if (!files.ok()) return files.status();
     written = std::move(*files);
   }
@@ -277,15 +279,7 @@ absl::Status RunGenerate(CommandContext& context) {
   return absl::OkStatus();
 }
 
-absl::Status RunList(CommandContext& context) {
-  v1::ListArtifactsResponse response;
-  if (absl::Status status = context.Call(&Stub::ListArtifacts, v1::ListArtifactsRequest(), &response); !status.ok()) {
-    return status;
-  }
-  if (context.json()) {
-    context.PrintJson(response);
-    return absl::OkStatus();
-  }
+void PrintArtifactSets(std::ostream& out, const v1::ListArtifactsResponse& response) {
   std::vector<std::vector<std::string>> rows = {{"ARTIFACT", "CREATED", "FILES", "SIZE", "TENANT"}};
   for (const v1::ArtifactSet& set : response.artifacts()) {
     int64_t bytes = 0;
@@ -293,30 +287,34 @@ absl::Status RunList(CommandContext& context) {
     rows.push_back({set.artifact_id(), FormatUnixTime(set.created_time()), absl::StrCat(set.files_size()),
                     FormatBytes(bytes), OrDash(set.tenant())});
   }
-  PrintTable(context.out(), rows);
-  return absl::OkStatus();
+  PrintTable(out, rows);
+}
+
+absl::Status RunList(CommandContext& context) {
+  return context.CallAndPrint<v1::ListArtifactsRequest, v1::ListArtifactsResponse>(
+      &Stub::ListArtifacts, v1::ListArtifactsRequest(), PrintArtifactSets);
 }
 
 absl::Status RunGet(CommandContext& context) {
   v1::GetArtifactRequest request;
   request.set_artifact_id(context.positional()[0]);
+  const int64_t chunk_bytes = ChunkBytesFromFlags(context.flags());
+  if (absl::Status errors = context.FlagErrors(); !errors.ok()) return errors;
   v1::ArtifactSet set;
   if (absl::Status status = context.Call(&Stub::GetArtifact, request, &set); !status.ok()) return status;
   std::vector<std::string> written;
   if (context.flags().Has("out")) {
     absl::StatusOr<std::vector<std::string>> files =
-        WriteArtifactFiles(context, set.artifact_id(), set.files(), context.flags().String("out"));
+        WriteArtifactFiles(context, set.artifact_id(), set.files(), context.flags().String("out"), chunk_bytes);
     if (!files.ok()) return files.status();
     written = std::move(*files);
   }
-  if (context.json()) {
-    context.PrintJson(set);
-    return absl::OkStatus();
-  }
-  context.out() << "artifact " << set.artifact_id() << "  created " << FormatUnixTime(set.created_time())
-                << (set.tenant().empty() ? "" : "  tenant " + set.tenant()) << "\n";
-  PrintFiles(context.out(), set.files());
-  for (const std::string& path : written) context.out() << "wrote " << path << "\n";
+  context.Print(set, [&](std::ostream& out) {
+    out << "artifact " << set.artifact_id() << "  created " << FormatUnixTime(set.created_time())
+        << (set.tenant().empty() ? "" : "  tenant " + set.tenant()) << "\n";
+    PrintFiles(out, set.files());
+    for (const std::string& path : written) out << "wrote " << path << "\n";
+  });
   return absl::OkStatus();
 }
 
@@ -325,14 +323,8 @@ absl::Status RunDelete(CommandContext& context) {
   request.set_artifact_id(context.positional()[0]);
   v1::DeleteArtifactResponse response;
   if (absl::Status status = context.Call(&Stub::DeleteArtifact, request, &response); !status.ok()) return status;
-  if (context.json()) {
-    google::protobuf::Struct document;
-    (*document.mutable_fields())["artifact_id"] = StringValue(request.artifact_id());
-    (*document.mutable_fields())["deleted"].set_bool_value(true);
-    context.PrintJson(document);
-  } else {
-    context.out() << "deleted artifact " << request.artifact_id() << "\n";
-  }
+  context.Print(Document({{"artifact_id", StringValue(request.artifact_id())}, {"deleted", BoolValue(true)}}),
+                [&](std::ostream& out) { out << "deleted artifact " << request.artifact_id() << "\n"; });
   return absl::OkStatus();
 }
 
@@ -392,7 +384,8 @@ std::vector<CommandSpec> ArtifactCommands() {
   commands.push_back(CommandSpec{
       "artifacts get", "ID", "one artifact set's files (GetArtifact); --out downloads them",
       "JSON: the traind.v1.ArtifactSet message.\nexample: trainctl artifacts get 3f2a... --out ./artifacts\n",
-      {{"out", "DIR", "download the files into DIR (streamed, checked against their SHA-256)"}}, 1, 1, 600,
+      {{"out", "DIR", "download the files into DIR (streamed, checked against their SHA-256)"}, ChunkBytesFlag()}, 1,
+      1, 600,
       RunGet});
   commands.push_back(CommandSpec{"artifacts delete", "ID", "delete a stored artifact set (DeleteArtifact)",
                                  "JSON: {\"artifact_id\", \"deleted\": true}.\n", {}, 1, 1, 60, RunDelete});

@@ -28,15 +28,6 @@ absl::Status WriteCheckedBytes(const std::string& path, const std::string& conte
   return absl::OkStatus();
 }
 
-google::protobuf::Struct FileDocument(const std::string& path, int64_t size_bytes, const std::string& sha256_hex) {
-  google::protobuf::Struct document;
-  auto& fields = *document.mutable_fields();
-  fields["path"] = StringValue(path);
-  fields["size_bytes"] = NumberValue(static_cast<double>(size_bytes));
-  fields["sha256_hex"] = StringValue(sha256_hex);
-  return document;
-}
-
 absl::Status RunSave(CommandContext& context) {
   const FlagValues& flags = context.flags();
   v1::SaveCheckpointRequest request;
@@ -78,51 +69,44 @@ absl::Status RunLoad(CommandContext& context) {
     if (!uploaded.ok()) return uploaded.status();
     request.set_blob_id(uploaded->blob_id);
   }
-  v1::LoadCheckpointResponse response;
-  if (absl::Status status = context.Call(&Stub::LoadCheckpoint, request, &response); !status.ok()) return status;
-  if (context.json()) {
-    context.PrintJson(response);
-  } else {
-    context.out() << "loaded " << (flags.Has("name") ? flags.String("name") : flags.String("file")) << "\n";
-    PrintSession(context.out(), response.session());
-  }
-  return absl::OkStatus();
+  return context.CallAndPrint<v1::LoadCheckpointRequest, v1::LoadCheckpointResponse>(
+      &Stub::LoadCheckpoint, request, [&](std::ostream& out, const v1::LoadCheckpointResponse& response) {
+        out << "loaded " << (flags.Has("name") ? flags.String("name") : flags.String("file")) << "\n";
+        PrintSession(out, response.session());
+      });
 }
 
-absl::Status RunList(CommandContext& context) {
-  v1::ListCheckpointsResponse response;
-  if (absl::Status status = context.Call(&Stub::ListCheckpoints, v1::ListCheckpointsRequest(), &response);
-      !status.ok()) {
-    return status;
-  }
-  if (context.json()) {
-    context.PrintJson(response);
-    return absl::OkStatus();
-  }
+void PrintCheckpoints(std::ostream& out, const v1::ListCheckpointsResponse& response) {
   std::vector<std::vector<std::string>> rows = {{"CHECKPOINT", "SIZE", "MODIFIED", "SHA256"}};
   for (const v1::StoredCheckpoint& checkpoint : response.checkpoints()) {
     rows.push_back({checkpoint.name(), FormatBytes(checkpoint.size_bytes()), FormatUnixTime(checkpoint.modified_time()),
                     ShortDigest(checkpoint.sha256_hex())});
   }
-  PrintTable(context.out(), rows);
-  return absl::OkStatus();
+  PrintTable(out, rows);
+}
+
+absl::Status RunList(CommandContext& context) {
+  return context.CallAndPrint<v1::ListCheckpointsRequest, v1::ListCheckpointsResponse>(
+      &Stub::ListCheckpoints, v1::ListCheckpointsRequest(), PrintCheckpoints);
 }
 
 absl::Status PrintDownload(CommandContext& context, const absl::StatusOr<DownloadResult>& downloaded) {
   if (!downloaded.ok()) return downloaded.status();
-  if (context.json()) {
-    context.PrintJson(FileDocument(downloaded->path, downloaded->size_bytes, downloaded->sha256_hex));
-  } else {
-    context.out() << "wrote " << downloaded->path << " (" << FormatBytes(downloaded->size_bytes) << ", sha256 "
-                  << downloaded->sha256_hex << ")\n";
-  }
+  context.Print(Document({{"path", StringValue(downloaded->path)},
+                          {"size_bytes", NumberValue(static_cast<double>(downloaded->size_bytes))},
+                          {"sha256_hex", StringValue(downloaded->sha256_hex)}}),
+                [&](std::ostream& out) {
+                  out << "wrote " << downloaded->path << " (" << FormatBytes(downloaded->size_bytes) << ", sha256 "
+                      << downloaded->sha256_hex << ")\n";
+                });
   return absl::OkStatus();
 }
 
 absl::Status RunDownload(CommandContext& context) {
   const std::string out = context.flags().Required("out");
-  if (absl::Status errors = context.FlagErrors(); !errors.ok()) return errors;
   v1::DownloadRequest request;
+  request.set_chunk_bytes(ChunkBytesFromFlags(context.flags()));
+  if (absl::Status errors = context.FlagErrors(); !errors.ok()) return errors;
   request.set_checkpoint_name(context.positional()[0]);
   return PrintDownload(context, DownloadToFile(context, request, out));
 }
@@ -132,14 +116,8 @@ absl::Status RunDelete(CommandContext& context) {
   request.set_name(context.positional()[0]);
   v1::DeleteCheckpointResponse response;
   if (absl::Status status = context.Call(&Stub::DeleteCheckpoint, request, &response); !status.ok()) return status;
-  if (context.json()) {
-    google::protobuf::Struct document;
-    (*document.mutable_fields())["name"] = StringValue(request.name());
-    (*document.mutable_fields())["deleted"].set_bool_value(true);
-    context.PrintJson(document);
-  } else {
-    context.out() << "deleted checkpoint " << request.name() << "\n";
-  }
+  context.Print(Document({{"name", StringValue(request.name())}, {"deleted", BoolValue(true)}}),
+                [&](std::ostream& out) { out << "deleted checkpoint " << request.name() << "\n"; });
   return absl::OkStatus();
 }
 
@@ -323,6 +301,7 @@ absl::Status RunExport(CommandContext& context) {
   request.set_session_id(flags.Required("session"));
   for (const std::string& name : flags.List("output")) request.add_output_names(name);
   const std::string out = flags.Required("out");
+  const int64_t chunk_bytes = ChunkBytesFromFlags(flags);
   if (absl::Status errors = context.FlagErrors(); !errors.ok()) return errors;
   absl::StatusOr<bool> streamed = context.Serves("Download");
   if (!streamed.ok()) return streamed.status();
@@ -330,6 +309,7 @@ absl::Status RunExport(CommandContext& context) {
     // Streamed: no message-size limit on the exported model.
     v1::DownloadRequest download;
     *download.mutable_export_() = request;
+    download.set_chunk_bytes(chunk_bytes);
     return PrintDownload(context, DownloadToFile(context, download, out));
   }
   v1::ExportForInferenceResponse response;
@@ -369,7 +349,8 @@ std::vector<CommandSpec> CheckpointCommands() {
   commands.push_back(CommandSpec{
       "checkpoint download", "NAME", "download a stored checkpoint (Download, streamed, SHA-256 checked)",
       "JSON: {\"path\", \"size_bytes\", \"sha256_hex\"}.\n",
-      {{"out", "FILE|DIR", "where to write it (a directory: under the daemon's file name)"}}, 1, 1, 600,
+      {{"out", "FILE|DIR", "where to write it (a directory: under the daemon's file name)"}, ChunkBytesFlag()}, 1, 1,
+      600,
       RunDownload});
   commands.push_back(CommandSpec{"checkpoint delete", "NAME", "delete a stored checkpoint (DeleteCheckpoint)",
                                  "JSON: {\"name\", \"deleted\": true}.\n", {}, 1, 1, 60, RunDelete});
@@ -407,7 +388,8 @@ std::vector<CommandSpec> CheckpointCommands() {
       "example: trainctl export --session s1 --out model.onnx\n",
       {SessionFlag(),
        {"out", "FILE", "the ONNX file to write"},
-       {"output", "NAMES", "outputs to keep (default: the forward model's)", true}},
+       {"output", "NAMES", "outputs to keep (default: the forward model's)", true},
+       ChunkBytesFlag()},
       0, 0, 600, RunExport});
   return commands;
 }

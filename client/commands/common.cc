@@ -24,6 +24,12 @@ std::vector<FlagSpec> Flags(std::initializer_list<std::vector<FlagSpec>> groups)
 
 FlagSpec SessionFlag() { return {"session", "ID", "the session (see 'trainctl session list')"}; }
 
+FlagSpec ChunkBytesFlag() { return {"chunk-bytes", "N", "bytes per streamed message (default 1 MiB)"}; }
+
+int64_t ChunkBytesFromFlags(const FlagValues& flags) {
+  return flags.Int("chunk-bytes", 1, int64_t{64} << 20).value_or(0);
+}
+
 std::vector<FlagSpec> SchedulerFlags() {
   return {
       {"scheduler", "KIND",

@@ -19,6 +19,10 @@ namespace traind::cli {
 std::vector<FlagSpec> Flags(std::initializer_list<std::vector<FlagSpec>> groups);
 
 FlagSpec SessionFlag();
+// --chunk-bytes N of the commands that download (the largest message the daemon should send).
+FlagSpec ChunkBytesFlag();
+// Its value, or 0 (the daemon's default of 1 MiB); a malformed value is recorded in `flags`.
+int64_t ChunkBytesFromFlags(const FlagValues& flags);
 
 // --scheduler linear|constant|cosine|step and its parameters.
 std::vector<FlagSpec> SchedulerFlags();

@@ -103,11 +103,7 @@ absl::Status Watch(CommandContext& context, const std::string& job_id) {
                      absl::StrCat("the watch of job ", job_id, " ended before the job did",
                                   seen ? absl::StrCat(" (last state ", v1::JobState_Name(job.state()), ")") : ""));
   }
-  if (context.json()) {
-    context.PrintJson(job);
-  } else {
-    PrintJob(context.out(), job);
-  }
+  context.Print(job, [&](std::ostream& out) { PrintJob(out, job); });
   if (job.state() == v1::FAILED || job.state() == v1::CANCELLED) {
     if (!context.json()) {
       std::cerr << "trainctl: job " << job.job_id() << " " << v1::JobState_Name(job.state())
@@ -175,25 +171,13 @@ absl::Status RunSubmit(CommandContext& context) {
     if (!context.json()) context.out() << "job " << job.job_id() << " submitted\n";
     return Watch(context, job.job_id());
   }
-  if (context.json()) {
-    context.PrintJson(job);
-  } else {
-    PrintJob(context.out(), job);
-  }
+  context.Print(job, [&](std::ostream& out) { PrintJob(out, job); });
   return absl::OkStatus();
 }
 
 absl::Status RunWatch(CommandContext& context) { return Watch(context, context.positional()[0]); }
 
-absl::Status RunList(CommandContext& context) {
-  v1::ListJobsResponse response;
-  if (absl::Status status = context.Call(&Stub::ListJobs, v1::ListJobsRequest(), &response); !status.ok()) {
-    return status;
-  }
-  if (context.json()) {
-    context.PrintJson(response);
-    return absl::OkStatus();
-  }
+void PrintJobs(std::ostream& out, const v1::ListJobsResponse& response) {
   std::vector<std::vector<std::string>> rows = {{"JOB", "STATE", "EPOCH", "STEP", "LOSS", "SESSION", "NAME"}};
   for (const v1::Job& job : response.jobs()) {
     rows.push_back({job.job_id(), v1::JobState_Name(job.state()),
@@ -201,34 +185,24 @@ absl::Status RunList(CommandContext& context) {
                     absl::StrCat(job.step(), "/", job.total_steps()), job.step() > 0 ? FormatNumber(job.loss()) : "-",
                     OrDash(job.session_id()), OrDash(job.display_name())});
   }
-  PrintTable(context.out(), rows);
-  return absl::OkStatus();
+  PrintTable(out, rows);
+}
+
+absl::Status RunList(CommandContext& context) {
+  return context.CallAndPrint<v1::ListJobsRequest, v1::ListJobsResponse>(&Stub::ListJobs, v1::ListJobsRequest(),
+                                                                          PrintJobs);
 }
 
 absl::Status RunShow(CommandContext& context) {
   v1::GetJobRequest request;
   request.set_job_id(context.positional()[0]);
-  v1::Job job;
-  if (absl::Status status = context.Call(&Stub::GetJob, request, &job); !status.ok()) return status;
-  if (context.json()) {
-    context.PrintJson(job);
-  } else {
-    PrintJob(context.out(), job);
-  }
-  return absl::OkStatus();
+  return context.CallAndPrint<v1::GetJobRequest, v1::Job>(&Stub::GetJob, request, PrintJob);
 }
 
 absl::Status RunCancel(CommandContext& context) {
   v1::CancelJobRequest request;
   request.set_job_id(context.positional()[0]);
-  v1::Job job;
-  if (absl::Status status = context.Call(&Stub::CancelJob, request, &job); !status.ok()) return status;
-  if (context.json()) {
-    context.PrintJson(job);
-  } else {
-    PrintJob(context.out(), job);
-  }
-  return absl::OkStatus();
+  return context.CallAndPrint<v1::CancelJobRequest, v1::Job>(&Stub::CancelJob, request, PrintJob);
 }
 
 std::vector<FlagSpec> DatasetFlags(const DatasetFlagNames& names, const std::string& what) {

@@ -24,32 +24,18 @@ absl::Status RunHealth(CommandContext& context) {
   const absl::Status status = CommandContext::Finished(health->Check(call.get(), request, &response), *call);
   if (!status.ok()) return status;
   const std::string serving = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
-  if (context.json()) {
-    google::protobuf::Struct document;
-    (*document.mutable_fields())["address"] = StringValue(context.address());
-    (*document.mutable_fields())["service"] = StringValue(request.service());
-    (*document.mutable_fields())["status"] = StringValue(serving);
-    context.PrintJson(document);
-  } else {
-    context.out() << context.address() << ": " << serving << "\n";
-  }
+  context.Print(Document({{"address", StringValue(context.address())},
+                          {"service", StringValue(request.service())},
+                          {"status", StringValue(serving)}}),
+                [&](std::ostream& out) { out << context.address() << ": " << serving << "\n"; });
   if (response.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
     context.set_success_exit_code(kExitNotServing);
   }
   return absl::OkStatus();
 }
 
-absl::Status RunInfo(CommandContext& context) {
-  v1::ServerInfo info;
-  if (absl::Status status = context.Call(&Stub::GetServerInfo, v1::GetServerInfoRequest(), &info); !status.ok()) {
-    return status;
-  }
-  if (context.json()) {
-    context.PrintJson(info);
-    return absl::OkStatus();
-  }
-  std::ostream& out = context.out();
-  out << "traind " << info.version() << " (gRPC " << info.grpc_version() << ") at " << context.address() << "\n";
+void PrintServerInfo(std::ostream& out, const v1::ServerInfo& info) {
+  out << "traind " << info.version() << " (gRPC " << info.grpc_version() << ")\n";
   out << "opsets: ai.onnx " << info.min_opset() << ".." << info.max_opset() << "\n";
   out << "executors: " << absl::StrJoin(info.executors(), " ") << "\n";
   for (const v1::GpuDevice& gpu : info.gpu_devices()) {
@@ -69,7 +55,11 @@ absl::Status RunInfo(CommandContext& context) {
   std::sort(pending.begin(), pending.end());
   out << "implemented: " << absl::StrJoin(implemented, " ") << "\n";
   if (!pending.empty()) out << "not yet implemented: " << absl::StrJoin(pending, " ") << "\n";
-  return absl::OkStatus();
+}
+
+absl::Status RunInfo(CommandContext& context) {
+  return context.CallAndPrint<v1::GetServerInfoRequest, v1::ServerInfo>(&Stub::GetServerInfo,
+                                                                         v1::GetServerInfoRequest(), PrintServerInfo);
 }
 
 absl::Status RunUpload(CommandContext& context) {
@@ -80,18 +70,14 @@ absl::Status RunUpload(CommandContext& context) {
   absl::StatusOr<UploadResult> uploaded =
       UploadFile(context, path, flags.String("description", path), chunk_bytes, flags.Has("force"));
   if (!uploaded.ok()) return uploaded.status();
-  if (context.json()) {
-    google::protobuf::Struct document;
-    auto& fields = *document.mutable_fields();
-    fields["file"] = StringValue(path);
-    fields["blob_id"] = StringValue(uploaded->blob_id);
-    fields["size_bytes"] = NumberValue(static_cast<double>(uploaded->size_bytes));
-    fields["uploaded"].set_bool_value(uploaded->uploaded);
-    context.PrintJson(document);
-  } else {
-    context.out() << (uploaded->uploaded ? "uploaded " : "already on the daemon: ") << path << " ("
-                  << FormatBytes(uploaded->size_bytes) << ")\nblob " << uploaded->blob_id << "\n";
-  }
+  context.Print(Document({{"file", StringValue(path)},
+                          {"blob_id", StringValue(uploaded->blob_id)},
+                          {"size_bytes", NumberValue(static_cast<double>(uploaded->size_bytes))},
+                          {"uploaded", BoolValue(uploaded->uploaded)}}),
+                [&](std::ostream& out) {
+                  out << (uploaded->uploaded ? "uploaded " : "already on the daemon: ") << path << " ("
+                      << FormatBytes(uploaded->size_bytes) << ")\nblob " << uploaded->blob_id << "\n";
+                });
   return absl::OkStatus();
 }
 
@@ -114,7 +100,7 @@ std::vector<CommandSpec> ServerCommands() {
       "JSON: {\"file\", \"blob_id\", \"size_bytes\", \"uploaded\"} (uploaded false: the daemon had it).\n"
       "example: trainctl upload model.onnx\n",
       {{"description", "TEXT", "free text stored with the blob (default: the file name)"},
-       {"chunk-bytes", "N", "bytes per message (default 1 MiB)"},
+       ChunkBytesFlag(),
        {"force", "", "upload even when the daemon already has the blob"}},
       1, 1, 600, RunUpload});
   return commands;

@@ -116,25 +116,10 @@ absl::Status RunCreate(CommandContext& context) {
     if (!checkpoint.ok()) return checkpoint.status();
     request.set_checkpoint_blob_id(checkpoint->blob_id);
   }
-  v1::Session session;
-  if (absl::Status status = context.Call(&Stub::CreateSession, request, &session); !status.ok()) return status;
-  if (context.json()) {
-    context.PrintJson(session);
-  } else {
-    PrintSession(context.out(), session);
-  }
-  return absl::OkStatus();
+  return context.CallAndPrint<v1::CreateSessionRequest, v1::Session>(&Stub::CreateSession, request, PrintSession);
 }
 
-absl::Status RunList(CommandContext& context) {
-  v1::ListSessionsResponse response;
-  if (absl::Status status = context.Call(&Stub::ListSessions, v1::ListSessionsRequest(), &response); !status.ok()) {
-    return status;
-  }
-  if (context.json()) {
-    context.PrintJson(response);
-    return absl::OkStatus();
-  }
+void PrintSessions(std::ostream& out, const v1::ListSessionsResponse& response) {
   std::vector<std::vector<std::string>> rows = {
       {"SESSION", "STATE", "STEP", "LAST LOSS", "LR", "ARTIFACT", "NAME"}};
   for (const v1::Session& session : response.sessions()) {
@@ -144,21 +129,18 @@ absl::Status RunList(CommandContext& context) {
                     FormatNumber(session.learning_rate()), OrDash(session.artifact_id()),
                     OrDash(session.display_name())});
   }
-  PrintTable(context.out(), rows);
-  return absl::OkStatus();
+  PrintTable(out, rows);
+}
+
+absl::Status RunList(CommandContext& context) {
+  return context.CallAndPrint<v1::ListSessionsRequest, v1::ListSessionsResponse>(
+      &Stub::ListSessions, v1::ListSessionsRequest(), PrintSessions);
 }
 
 absl::Status RunShow(CommandContext& context) {
   v1::GetSessionRequest request;
   request.set_session_id(context.positional()[0]);
-  v1::Session session;
-  if (absl::Status status = context.Call(&Stub::GetSession, request, &session); !status.ok()) return status;
-  if (context.json()) {
-    context.PrintJson(session);
-  } else {
-    PrintSession(context.out(), session);
-  }
-  return absl::OkStatus();
+  return context.CallAndPrint<v1::GetSessionRequest, v1::Session>(&Stub::GetSession, request, PrintSession);
 }
 
 absl::Status RunClose(CommandContext& context) {
@@ -166,14 +148,8 @@ absl::Status RunClose(CommandContext& context) {
   request.set_session_id(context.positional()[0]);
   v1::CloseSessionResponse response;
   if (absl::Status status = context.Call(&Stub::CloseSession, request, &response); !status.ok()) return status;
-  if (context.json()) {
-    google::protobuf::Struct document;
-    (*document.mutable_fields())["session_id"] = StringValue(request.session_id());
-    (*document.mutable_fields())["closed"].set_bool_value(true);
-    context.PrintJson(document);
-  } else {
-    context.out() << "closed session " << request.session_id() << "\n";
-  }
+  context.Print(Document({{"session_id", StringValue(request.session_id())}, {"closed", BoolValue(true)}}),
+                [&](std::ostream& out) { out << "closed session " << request.session_id() << "\n"; });
   return absl::OkStatus();
 }
 
@@ -198,24 +174,7 @@ absl::Status PropertyFromArgument(const std::string& argument, bool as_string, v
   return absl::OkStatus();
 }
 
-absl::Status RunProperties(CommandContext& context) {
-  const FlagValues& flags = context.flags();
-  v1::UpdatePropertiesRequest request;
-  request.set_session_id(flags.Required("session"));
-  if (absl::Status errors = context.FlagErrors(); !errors.ok()) return errors;
-  for (const std::string& argument : flags.Values("set")) {
-    if (absl::Status status = PropertyFromArgument(argument, false, &request); !status.ok()) return status;
-  }
-  for (const std::string& argument : flags.Values("set-string")) {
-    if (absl::Status status = PropertyFromArgument(argument, true, &request); !status.ok()) return status;
-  }
-  for (const std::string& name : flags.List("remove")) request.add_remove(name);
-  v1::UpdatePropertiesResponse response;
-  if (absl::Status status = context.Call(&Stub::UpdateProperties, request, &response); !status.ok()) return status;
-  if (context.json()) {
-    context.PrintJson(response);
-    return absl::OkStatus();
-  }
+void PrintProperties(std::ostream& out, const v1::UpdatePropertiesResponse& response) {
   std::vector<std::vector<std::string>> rows = {{"PROPERTY", "TYPE", "VALUE"}};
   std::map<std::string, v1::Property> sorted(response.properties().begin(), response.properties().end());
   for (const auto& [name, property] : sorted) {
@@ -230,9 +189,25 @@ absl::Status RunProperties(CommandContext& context) {
         rows.push_back({name, "string", property.string_value()});
     }
   }
-  PrintTable(context.out(), rows);
-  return absl::OkStatus();
+  PrintTable(out, rows);
 }
+
+absl::Status RunProperties(CommandContext& context) {
+  const FlagValues& flags = context.flags();
+  v1::UpdatePropertiesRequest request;
+  request.set_session_id(flags.Required("session"));
+  if (absl::Status errors = context.FlagErrors(); !errors.ok()) return errors;
+  for (const std::string& argument : flags.Values("set")) {
+    if (absl::Status status = PropertyFromArgument(argument, false, &request); !status.ok()) return status;
+  }
+  for (const std::string& argument : flags.Values("set-string")) {
+    if (absl::Status status = PropertyFromArgument(argument, true, &request); !status.ok()) return status;
+  }
+  for (const std::string& name : flags.List("remove")) request.add_remove(name);
+  return context.CallAndPrint<v1::UpdatePropertiesRequest, v1::UpdatePropertiesResponse>(
+      &Stub::UpdateProperties, request, PrintProperties);
+}
+
 
 }  // namespace
 

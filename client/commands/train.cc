@@ -191,18 +191,16 @@ absl::Status RunOptimizerStep(CommandContext& context) {
   v1::OptimizerStepRequest request;
   request.set_session_id(context.flags().Required("session"));
   if (absl::Status errors = context.FlagErrors(); !errors.ok()) return errors;
-  v1::OptimizerStepResponse response;
-  if (absl::Status status = context.Call(&Stub::OptimizerStep, request, &response); !status.ok()) return status;
-  if (context.json()) {
-    context.PrintJson(response);
-  } else if (response.skipped()) {
-    context.out() << "skipped (" << OrDash(response.skip_reason()) << "); optimizer step "
-                  << response.optimizer_step() << "\n";
-  } else {
-    context.out() << "optimizer step " << response.optimizer_step() << "; next lr "
-                  << FormatNumber(response.learning_rate()) << "\n";
-  }
-  return absl::OkStatus();
+  return context.CallAndPrint<v1::OptimizerStepRequest, v1::OptimizerStepResponse>(
+      &Stub::OptimizerStep, request, [](std::ostream& out, const v1::OptimizerStepResponse& response) {
+        if (response.skipped()) {
+          out << "skipped (" << OrDash(response.skip_reason()) << "); optimizer step " << response.optimizer_step()
+              << "\n";
+        } else {
+          out << "optimizer step " << response.optimizer_step() << "; next lr "
+              << FormatNumber(response.learning_rate()) << "\n";
+        }
+      });
 }
 
 absl::Status RunResetGrad(CommandContext& context) {
@@ -211,34 +209,23 @@ absl::Status RunResetGrad(CommandContext& context) {
   if (absl::Status errors = context.FlagErrors(); !errors.ok()) return errors;
   v1::LazyResetGradResponse response;
   if (absl::Status status = context.Call(&Stub::LazyResetGrad, request, &response); !status.ok()) return status;
-  if (context.json()) {
-    google::protobuf::Struct document;
-    (*document.mutable_fields())["session_id"] = StringValue(request.session_id());
-    (*document.mutable_fields())["reset"].set_bool_value(true);
-    context.PrintJson(document);
-  } else {
-    context.out() << "the next train step overwrites the gradients of session " << request.session_id() << "\n";
-  }
+  context.Print(Document({{"session_id", StringValue(request.session_id())}, {"reset", BoolValue(true)}}),
+                [&](std::ostream& out) {
+                  out << "the next train step overwrites the gradients of session " << request.session_id() << "\n";
+                });
   return absl::OkStatus();
 }
 
-void PrintLearningRate(CommandContext& context, const v1::LearningRate& rate) {
-  if (context.json()) {
-    context.PrintJson(rate);
-  } else {
-    context.out() << "lr " << FormatNumber(rate.learning_rate()) << " at optimizer step " << rate.optimizer_step()
-                  << "\n";
-  }
+void PrintLearningRate(std::ostream& out, const v1::LearningRate& rate) {
+  out << "lr " << FormatNumber(rate.learning_rate()) << " at optimizer step " << rate.optimizer_step() << "\n";
 }
 
 absl::Status RunLrGet(CommandContext& context) {
   v1::GetLearningRateRequest request;
   request.set_session_id(context.flags().Required("session"));
   if (absl::Status errors = context.FlagErrors(); !errors.ok()) return errors;
-  v1::LearningRate rate;
-  if (absl::Status status = context.Call(&Stub::GetLearningRate, request, &rate); !status.ok()) return status;
-  PrintLearningRate(context, rate);
-  return absl::OkStatus();
+  return context.CallAndPrint<v1::GetLearningRateRequest, v1::LearningRate>(&Stub::GetLearningRate, request,
+                                                                             PrintLearningRate);
 }
 
 absl::Status RunLrSet(CommandContext& context) {
@@ -250,10 +237,8 @@ absl::Status RunLrSet(CommandContext& context) {
   }
   request.set_learning_rate(value);
   if (absl::Status errors = context.FlagErrors(); !errors.ok()) return errors;
-  v1::LearningRate rate;
-  if (absl::Status status = context.Call(&Stub::SetLearningRate, request, &rate); !status.ok()) return status;
-  PrintLearningRate(context, rate);
-  return absl::OkStatus();
+  return context.CallAndPrint<v1::SetLearningRateRequest, v1::LearningRate>(&Stub::SetLearningRate, request,
+                                                                             PrintLearningRate);
 }
 
 absl::Status RunLrSchedule(CommandContext& context) {
@@ -264,26 +249,20 @@ absl::Status RunLrSchedule(CommandContext& context) {
   if (auto initial = flags.Float("initial-lr", true)) request.set_initial_learning_rate(*initial);
   request.set_manual_step(flags.Has("manual-step"));
   if (absl::Status errors = context.FlagErrors(); !errors.ok()) return errors;
-  v1::SetSchedulerResponse response;
-  if (absl::Status status = context.Call(&Stub::SetScheduler, request, &response); !status.ok()) return status;
-  if (context.json()) {
-    context.PrintJson(response);
-  } else {
-    context.out() << (flags.Has("scheduler") ? "scheduler " + flags.String("scheduler") : std::string("no scheduler"))
-                  << (request.manual_step() ? " (stepped by 'lr step')" : "") << "; ";
-    PrintLearningRate(context, response.learning_rate());
-  }
-  return absl::OkStatus();
+  return context.CallAndPrint<v1::SetSchedulerRequest, v1::SetSchedulerResponse>(
+      &Stub::SetScheduler, request, [&](std::ostream& out, const v1::SetSchedulerResponse& response) {
+        out << (flags.Has("scheduler") ? "scheduler " + flags.String("scheduler") : std::string("no scheduler"))
+            << (request.manual_step() ? " (stepped by 'lr step')" : "") << "; ";
+        PrintLearningRate(out, response.learning_rate());
+      });
 }
 
 absl::Status RunLrStep(CommandContext& context) {
   v1::SchedulerStepRequest request;
   request.set_session_id(context.flags().Required("session"));
   if (absl::Status errors = context.FlagErrors(); !errors.ok()) return errors;
-  v1::LearningRate rate;
-  if (absl::Status status = context.Call(&Stub::SchedulerStep, request, &rate); !status.ok()) return status;
-  PrintLearningRate(context, rate);
-  return absl::OkStatus();
+  return context.CallAndPrint<v1::SchedulerStepRequest, v1::LearningRate>(&Stub::SchedulerStep, request,
+                                                                           PrintLearningRate);
 }
 
 }  // namespace
