@@ -2,7 +2,9 @@
 // the bearer token (sent as metadata, checked by a daemon with tenants), and progress output (plain lines in a
 // pipe, a bar on a terminal).
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <string>
@@ -222,6 +224,79 @@ TEST(TrainctlTest, TokensAgainstADaemonWithTenants) {
   ASSERT_TRUE(ParseJson(Trainctl({"upload", blob, address, "--json"}, {"TRAIND_TOKEN=bob-secret"}).stdout_text,
                         &second));
   EXPECT_TRUE(Field(second, "uploaded").bool_value());
+}
+
+// Serves Download with a scripted answer: the content, announced with a size and digest that may lie.
+class ScriptedDownloads final : public v1::TrainingService::Service {
+ public:
+  std::string content;
+  std::string announced_sha256;
+  int64_t announced_bytes = 0;
+  std::string file_name = "served.bin";
+
+  grpc::Status Download(grpc::ServerContext*, const v1::DownloadRequest* request,
+                        grpc::ServerWriter<v1::DownloadResponse>* writer) override {
+    v1::DownloadResponse header;
+    header.mutable_header()->set_total_bytes(announced_bytes);
+    header.mutable_header()->set_sha256_hex(announced_sha256);
+    header.mutable_header()->set_file_name(file_name);
+    writer->Write(header);
+    const size_t chunk = request->chunk_bytes() > 0 ? static_cast<size_t>(request->chunk_bytes()) : 1 << 20;
+    for (size_t offset = 0; offset < content.size(); offset += chunk) {
+      v1::DownloadResponse part;
+      part.set_chunk(content.substr(offset, chunk));
+      if (!writer->Write(part)) break;
+    }
+    return grpc::Status::OK;
+  }
+};
+
+TEST(TrainctlTest, DownloadsAreCheckedAgainstTheAnnouncedSizeAndDigest) {
+  ScriptedDownloads service;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const std::string address = absl::StrCat("--address=127.0.0.1:", port);
+  const std::string dir = testing::MakeTempDir("downloads");
+  service.content = std::string(10000, 'x');
+  service.announced_bytes = 10000;
+  service.announced_sha256 = engine::Sha256Hex(service.content);
+
+  // Honest: written, in lines of progress (chunks of 1000 bytes), under the suggested name in a directory.
+  const CommandResult honest = Trainctl({"checkpoint", "download", "c", "--out", dir + "/", "--chunk-bytes", "1000",
+                                         address});
+  ASSERT_EQ(honest.exit_code, 0) << honest.stderr_text;
+  EXPECT_THAT(honest.stdout_text, HasSubstr("download served.bin: 50% (4.9 KiB of 9.8 KiB)"));
+  std::ifstream written(dir + "/served.bin", std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(written), {}), service.content);
+
+  // A digest that does not match, a size that does not match (short or long): DATA_LOSS, exit 3, nothing written.
+  struct Lie {
+    const char* what;
+    std::string sha256;
+    int64_t bytes;
+  };
+  for (const Lie& lie : {Lie{"digest", engine::Sha256Hex("something else"), 10000},
+                         Lie{"short", engine::Sha256Hex(service.content), 20000},
+                         Lie{"long", engine::Sha256Hex(service.content), 5000}}) {
+    service.announced_sha256 = lie.sha256;
+    service.announced_bytes = lie.bytes;
+    const std::string target = dir + "/" + lie.what + ".bin";
+    const CommandResult result = Trainctl({"checkpoint", "download", "c", "--out", target, address, "--json"});
+    EXPECT_EQ(result.exit_code, 3) << lie.what << result.stdout_text;
+    EXPECT_THAT(result.stdout_text, HasSubstr("DATA_LOSS")) << lie.what;
+    EXPECT_FALSE(std::filesystem::exists(target)) << lie.what;
+  }
+  // A suggested name that would leave the directory is not used.
+  service.announced_sha256 = engine::Sha256Hex(service.content);
+  service.announced_bytes = 10000;
+  service.file_name = "../escape.bin";
+  EXPECT_EQ(Trainctl({"checkpoint", "download", "c", "--out", dir + "/", address}).exit_code, 2);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/../escape.bin"));
+  server->Shutdown();
 }
 
 std::string RandomBytes(size_t size) {
