@@ -52,6 +52,10 @@ ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
 ABSL_FLAG(double, checkpoint_every_seconds, 60,
           "Checkpoint a session when this long has passed since its last checkpoint (0: off). Sessions are also "
           "checkpointed on drain and resume from their last checkpoint after a restart.");
+ABSL_FLAG(int64_t, max_concurrent_jobs, 4, "Training jobs running at once (all tenants); more are refused.");
+ABSL_FLAG(int64_t, max_dataset_bytes, int64_t{4} << 30, "Largest dataset a training job loads, in bytes.");
+ABSL_FLAG(std::vector<std::string>, data_dir, {},
+          "Directories (comma-separated) whose files training jobs may read by a relative local_path.");
 ABSL_FLAG(std::string, ready_file, "",
           "Write a JSON file with the bound addresses and the pid here once serving (atomically).");
 ABSL_FLAG(std::string, log_level, "info", "Least severe log level printed: debug, info, warn or error.");
@@ -79,6 +83,9 @@ traind::ServerOptions OptionsFromFlags() {
   options.tenants_file = absl::GetFlag(FLAGS_tenants_file);
   options.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   options.checkpoint_every_seconds = absl::GetFlag(FLAGS_checkpoint_every_seconds);
+  options.max_concurrent_jobs = absl::GetFlag(FLAGS_max_concurrent_jobs);
+  options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_bytes);
+  options.data_dirs = absl::GetFlag(FLAGS_data_dir);
   return options;
 }
 

@@ -26,6 +26,7 @@
 #include "server/artifact_store.h"
 #include "server/blob_store.h"
 #include "server/compute_pool.h"
+#include "server/job_manager.h"
 #include "server/session_manager.h"
 #include "server/tenant_spaces.h"
 #include "server/tenants.h"
@@ -141,6 +142,7 @@ struct TraindServer::State {
   std::unique_ptr<ComputePool> compute;
   std::unique_ptr<SessionStore> session_store;
   std::unique_ptr<SessionManager> sessions;  // uses `compute`, so declared (and destroyed) after it
+  std::unique_ptr<JobManager> jobs;          // uses `sessions`
   std::unique_ptr<TrainingServiceImpl> service;
   HealthService health;
   std::unique_ptr<grpc::Server> server;
@@ -233,13 +235,19 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
   state->sessions =
       std::make_unique<SessionManager>(state->compute.get(), session_limits, state->session_store.get());
   RestoreSessions(*state->session_store, *state->spaces, *state->sessions);
+  JobLimits job_limits;
+  job_limits.max_concurrent_jobs = options.max_concurrent_jobs;
+  job_limits.max_dataset_bytes = options.max_dataset_bytes;
+  job_limits.data_dirs = options.data_dirs;
+  state->jobs = std::make_unique<JobManager>(state->sessions.get(), state->spaces.get(), job_limits);
+  state->jobs->RestoreAll();
   ServiceLimits service_limits;
   service_limits.max_message_bytes = options.max_message_bytes;
   service_limits.max_sessions = options.max_sessions;
   service_limits.default_num_threads = default_threads;
   service_limits.max_concurrent_steps = options.max_concurrent_steps;
   state->service = std::make_unique<TrainingServiceImpl>(service_limits, state->tenants.get(), state->spaces.get(),
-                                                         state->sessions.get());
+                                                         state->sessions.get(), state->jobs.get());
 
   grpc::EnableDefaultHealthCheckService(false);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -299,6 +307,8 @@ void TraindServer::Drain() {
   if (options.drain_grace > absl::ZeroDuration()) absl::SleepFor(options.drain_grace);
   // Health watchers are told NOT_SERVING and their streams end, so the drain below waits for real work only.
   state_->health.Shutdown();
+  // Training jobs stop between two steps (they resume at the next start); their watchers' streams end.
+  state_->jobs->Stop();
   // Shutdown refuses new calls at once and cancels the calls still running at the deadline.
   const absl::Time deadline = absl::Now() + options.drain_timeout;
   grpc::Server* server = state_->server.get();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -42,6 +43,11 @@ struct ServerOptions {
   // checkpointed on drain, and comes back from its last checkpoint after a restart.
   int64_t checkpoint_every_steps = 0;
   double checkpoint_every_seconds = 60;
+  // Training jobs: how many run at once, how large a dataset may be, and the directories whose files a job may
+  // name (Dataset.local_path).
+  int64_t max_concurrent_jobs = 4;
+  int64_t max_dataset_bytes = int64_t{4} << 30;
+  std::vector<std::string> data_dirs;
   // Written atomically, as JSON with the bound addresses and the pid, once the daemon serves.
   std::string ready_file;
 };

@@ -203,6 +203,14 @@ int64_t SessionManager::size() const {
   return static_cast<int64_t>(sessions_.size());
 }
 
+bool SessionManager::UsesArtifacts(const std::string& tenant, const std::string& artifact_id) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, session] : sessions_) {
+    if (session->tenant() == tenant && session->Snapshot().artifact_id == artifact_id) return true;
+  }
+  return false;
+}
+
 int64_t SessionManager::size(const std::string& tenant) const {
   absl::MutexLock lock(&mu_);
   int64_t count = 0;
@@ -360,6 +368,11 @@ void SessionManager::MaybeCheckpoint(Session& session) ABSL_NO_THREAD_SAFETY_ANA
   if (steps_due || time_due) WriteCheckpoint(session).IgnoreError();  // logged; training goes on
 }
 
+absl::Status SessionManager::Checkpoint(const Caller& caller, const std::string& session_id) {
+  TRAIND_SESSION_CALL(session, session_id);
+  return WriteCheckpoint(*session);
+}
+
 int SessionManager::CheckpointAll() {
   std::vector<std::shared_ptr<Session>> sessions;
   {
@@ -417,10 +430,14 @@ absl::Status SessionManager::Close(const Caller& caller, const std::string& sess
 
 absl::StatusOr<TrainStepResult> SessionManager::TrainStep(const Caller& caller, const std::string& session_id,
                                                           const NamedTensors& inputs, bool accumulate_only,
-                                                          const std::vector<std::string>& fetch) {
+                                                          const std::vector<std::string>& fetch,
+                                                          const engine::PropertyBag* set_properties) {
   TRAIND_SESSION_CALL(session, session_id);
   TRAIND_RETURN_IF_ERROR(CheckFetch(fetch, session->module->TrainingOutputNames(), "training"));
   if (!accumulate_only) TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("TrainStep without accumulate_only"));
+  if (set_properties != nullptr) {
+    for (const auto& [name, value] : *set_properties) session->state.properties[name] = value;
+  }
   TrainStepResult result;
   TRAIND_RETURN_IF_ERROR(compute_->Run(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
@@ -739,9 +756,7 @@ absl::StatusOr<std::string> SessionManager::ExportForInference(const Caller& cal
   }
   std::vector<std::string> outputs = output_names;
   if (outputs.empty()) {
-    for (const std::string& name : session->module->EvalOutputNames()) {
-      if (name != engine::kLossName) outputs.push_back(name);
-    }
+    outputs = session->module->DefaultInferenceOutputs();
     if (outputs.empty()) {
       return absl::InvalidArgumentError(
           "the eval model has no output but the loss: name the values to export in output_names");

@@ -159,6 +159,8 @@ class SessionManager {
   // Checkpoints every session changed since its last checkpoint (on drain). Returns how many were written;
   // failures are logged.
   int CheckpointAll();
+  // Checkpoints the session now (a training job at the end of an epoch).
+  absl::Status Checkpoint(const Caller& caller, const std::string& session_id);
   // NOT_FOUND for unknown ids, here and in every call below.
   absl::StatusOr<SessionInfo> Get(const Caller& caller, const std::string& session_id);
   // The caller's tenant's sessions.
@@ -167,12 +169,17 @@ class SessionManager {
   absl::Status Close(const Caller& caller, const std::string& session_id);
   int64_t size() const;
   int64_t size(const std::string& tenant) const;
+  // Whether an open session of the tenant was made from the artifact set (which must then stay).
+  bool UsesArtifacts(const std::string& tenant, const std::string& artifact_id) const;
 
   // Forward + backward (gradients accumulate), then unless `accumulate_only` the optimizer step and a lazy reset.
   // `fetch` names outputs of the training model to return (the loss always comes as TrainStepResult::loss).
+  // `set_properties` (may be null) are set in the same call, before the step: a training job records its position
+  // in the data this way, so that the checkpoint the step may trigger holds the position after it.
   absl::StatusOr<TrainStepResult> TrainStep(const Caller& caller, const std::string& session_id,
                                             const engine::NamedTensors& inputs, bool accumulate_only,
-                                            const std::vector<std::string>& fetch);
+                                            const std::vector<std::string>& fetch,
+                                            const engine::PropertyBag* set_properties = nullptr);
   absl::StatusOr<OptimizerStepInfo> OptimizerStep(const Caller& caller, const std::string& session_id);
   absl::Status LazyResetGrad(const Caller& caller, const std::string& session_id);
   absl::StatusOr<EvalResult> Eval(const Caller& caller, const std::string& session_id,

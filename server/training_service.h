@@ -10,6 +10,7 @@
 
 #include "server/artifact_store.h"
 #include "server/blob_store.h"
+#include "server/job_manager.h"
 #include "server/session_manager.h"
 #include "server/tenant_spaces.h"
 #include "server/tenants.h"
@@ -27,8 +28,9 @@ struct ServiceLimits {
 class TrainingServiceImpl final : public traind::v1::TrainingService::Service {
  public:
   // Everything passed in must outlive the service.
-  TrainingServiceImpl(ServiceLimits limits, Tenants* tenants, TenantSpaces* spaces, SessionManager* sessions)
-      : limits_(limits), tenants_(tenants), spaces_(spaces), sessions_(sessions) {}
+  TrainingServiceImpl(ServiceLimits limits, Tenants* tenants, TenantSpaces* spaces, SessionManager* sessions,
+                      JobManager* jobs)
+      : limits_(limits), tenants_(tenants), spaces_(spaces), sessions_(sessions), jobs_(jobs) {}
 
   using Context = grpc::ServerContext;
   grpc::Status GetServerInfo(Context*, const v1::GetServerInfoRequest*, v1::ServerInfo*) override;
@@ -60,6 +62,21 @@ class TrainingServiceImpl final : public traind::v1::TrainingService::Service {
   grpc::Status ExportForInference(Context*, const v1::ExportForInferenceRequest*,
                                   v1::ExportForInferenceResponse*) override;
 
+  grpc::Status ListArtifacts(Context*, const v1::ListArtifactsRequest*, v1::ListArtifactsResponse*) override;
+  grpc::Status GetArtifact(Context*, const v1::GetArtifactRequest*, v1::ArtifactSet*) override;
+  grpc::Status DeleteArtifact(Context*, const v1::DeleteArtifactRequest*, v1::DeleteArtifactResponse*) override;
+  grpc::Status ListCheckpoints(Context*, const v1::ListCheckpointsRequest*, v1::ListCheckpointsResponse*) override;
+  grpc::Status DeleteCheckpoint(Context*, const v1::DeleteCheckpointRequest*, v1::DeleteCheckpointResponse*) override;
+  grpc::Status Download(Context*, const v1::DownloadRequest*, grpc::ServerWriter<v1::DownloadResponse>*) override;
+  grpc::Status TrainStream(Context*,
+                           grpc::ServerReaderWriter<v1::TrainStreamResponse, v1::TrainStepRequest>*) override;
+
+  grpc::Status SubmitJob(Context*, const v1::JobSpec*, v1::Job*) override;
+  grpc::Status GetJob(Context*, const v1::GetJobRequest*, v1::Job*) override;
+  grpc::Status ListJobs(Context*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
+  grpc::Status CancelJob(Context*, const v1::CancelJobRequest*, v1::Job*) override;
+  grpc::Status WatchJob(Context*, const v1::WatchJobRequest*, grpc::ServerWriter<v1::Job>*) override;
+
   // Full method names ("/traind.v1.TrainingService/TrainStep") of every RPC in the service.
   static std::vector<std::string> FullMethodNames();
 
@@ -79,11 +96,14 @@ class TrainingServiceImpl final : public traind::v1::TrainingService::Service {
                                                 const std::string& what) const;
   absl::StatusOr<SessionModels> ModelsOf(const TenantSpace& space, const v1::CreateSessionRequest& request) const;
   static SessionOrigin OriginOf(const v1::CreateSessionRequest& request);
+  // One TrainStep on the core (TrainStep and TrainStream).
+  absl::Status Step(const Call& call, const v1::TrainStepRequest& request, v1::TrainStepResponse* response);
 
   ServiceLimits limits_;
   Tenants* tenants_;
   TenantSpaces* spaces_;
   SessionManager* sessions_;
+  JobManager* jobs_;
 };
 
 }  // namespace traind
