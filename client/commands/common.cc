@@ -7,6 +7,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/errors.h"
 #include "client/output.h"
@@ -188,7 +189,9 @@ std::string DescribeJobProgress(const v1::Job& job) {
   if (job.step() > 0) {
     absl::StrAppend(&text, " loss ", FormatNumber(job.loss()), " lr ", FormatNumber(job.learning_rate()));
   }
-  if (job.examples_per_second() > 0) absl::StrAppend(&text, " ", FormatNumber(job.examples_per_second()), " ex/s");
+  if (job.examples_per_second() > 0) {
+    absl::StrAppend(&text, " ", absl::StrFormat("%.0f", job.examples_per_second()), " ex/s");
+  }
   if (job.state() == v1::RUNNING && job.eta_seconds() >= 0) {
     absl::StrAppend(&text, " ETA ", FormatDuration(job.eta_seconds()));
   }
