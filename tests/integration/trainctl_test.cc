@@ -143,6 +143,17 @@ TEST(TrainctlTest, MutualTlsFlagsWork) {
   EXPECT_EQ(listed.exit_code, 0) << listed.stderr_text;
 }
 
+// A gRPC server in this process on a free loopback port; `*address_flag` gets "--address=127.0.0.1:PORT".
+std::unique_ptr<grpc::Server> StartTestServer(grpc::Service* service, std::string* address_flag) {
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  *address_flag = absl::StrCat("--address=127.0.0.1:", port);
+  return server;
+}
+
 // A TrainingService that records the authorization metadata of each call (what trainctl sent on the wire).
 class MetadataRecorder final : public v1::TrainingService::Service {
  public:
@@ -167,13 +178,9 @@ class MetadataRecorder final : public v1::TrainingService::Service {
 
 TEST(TrainctlTest, TokenFromFileOrEnvironmentTravelsAsBearerMetadata) {
   MetadataRecorder recorder;
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&recorder);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::string address;
+  std::unique_ptr<grpc::Server> server = StartTestServer(&recorder, &address);
   ASSERT_NE(server, nullptr);
-  const std::string address = absl::StrCat("--address=127.0.0.1:", port);
   const std::string token_file = WriteTempFile("token", "file-token-123\n");
 
   EXPECT_EQ(Trainctl({"info", address}).exit_code, 0);
@@ -253,13 +260,9 @@ class ScriptedDownloads final : public v1::TrainingService::Service {
 
 TEST(TrainctlTest, DownloadsAreCheckedAgainstTheAnnouncedSizeAndDigest) {
   ScriptedDownloads service;
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::string address;
+  std::unique_ptr<grpc::Server> server = StartTestServer(&service, &address);
   ASSERT_NE(server, nullptr);
-  const std::string address = absl::StrCat("--address=127.0.0.1:", port);
   const std::string dir = testing::MakeTempDir("downloads");
   service.content = std::string(10000, 'x');
   service.announced_bytes = 10000;
