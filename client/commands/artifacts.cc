@@ -53,9 +53,10 @@ absl::StatusOr<v1::LossType> LossTypeFromName(const std::string& name) {
       absl::StrCat("loss '", name, "' is not one of mse, cross_entropy, bce_with_logits, l1"));
 }
 
-void FillReduction(const FlagValues& flags, v1::BuiltinLoss* loss) {
-  if (!flags.Has("reduction")) return;
-  const std::string reduction = absl::AsciiStrToLower(flags.String("reduction"));
+// "" leaves the reduction unset (mean).
+absl::Status SetReduction(const std::string& name, v1::BuiltinLoss* loss) {
+  const std::string reduction = absl::AsciiStrToLower(name);
+  if (reduction.empty()) return absl::OkStatus();
   if (reduction == "mean") {
     loss->set_reduction(v1::MEAN);
   } else if (reduction == "sum") {
@@ -63,8 +64,9 @@ void FillReduction(const FlagValues& flags, v1::BuiltinLoss* loss) {
   } else if (reduction == "none") {
     loss->set_reduction(v1::NONE);
   } else {
-    flags.AddError(absl::StrCat("--reduction '", reduction, "' is not one of mean, sum, none"));
+    return absl::InvalidArgumentError(absl::StrCat("reduction '", name, "' is not one of mean, sum, none"));
   }
+  return absl::OkStatus();
 }
 
 // --loss TYPE with --output, --target, --reduction, --class-weight, --ignore-index, --bce-weight, --pos-weight.
@@ -75,7 +77,9 @@ absl::Status BuiltinLossFromFlags(const FlagValues& flags, v1::BuiltinLoss* loss
   loss->set_output_name(flags.String("output"));
   loss->set_target_name(flags.String("target"));
   loss->set_per_element_output_name(flags.String("per-element-output"));
-  FillReduction(flags, loss);
+  if (absl::Status status = SetReduction(flags.String("reduction"), loss); !status.ok()) {
+    return UsageError(absl::StrCat("--", status.message()));
+  }
   for (const std::string& weight : flags.List("class-weight")) {
     float value = 0;
     if (!absl::SimpleAtof(weight, &value)) return UsageError(absl::StrCat("--class-weight '", weight, "' is not a number"));
@@ -100,13 +104,13 @@ absl::Status BuiltinLossFromFlags(const FlagValues& flags, v1::BuiltinLoss* loss
   return absl::OkStatus();
 }
 
-// --term WEIGHT:TYPE[:OUTPUT[:TARGET]], repeated: a weighted sum of built-in losses.
+// --term WEIGHT:TYPE[:OUTPUT[:TARGET[:REDUCTION]]], repeated: a weighted sum of built-in losses.
 absl::Status WeightedLossFromFlags(const FlagValues& flags, v1::WeightedLoss* weighted) {
   for (const std::string& term_text : flags.Values("term")) {
     const std::vector<std::string> parts = absl::StrSplit(term_text, ':');
     float weight = 0;
-    if (parts.size() < 2 || parts.size() > 4 || !absl::SimpleAtof(parts[0], &weight)) {
-      return UsageError(absl::StrCat("--term '", term_text, "' is not WEIGHT:TYPE[:OUTPUT[:TARGET]]"));
+    if (parts.size() < 2 || parts.size() > 5 || !absl::SimpleAtof(parts[0], &weight)) {
+      return UsageError(absl::StrCat("--term '", term_text, "' is not WEIGHT:TYPE[:OUTPUT[:TARGET[:REDUCTION]]]"));
     }
     absl::StatusOr<v1::LossType> type = LossTypeFromName(parts[1]);
     if (!type.ok()) return UsageError(absl::StrCat("--term '", term_text, "': ", type.status().message()));
@@ -115,7 +119,10 @@ absl::Status WeightedLossFromFlags(const FlagValues& flags, v1::WeightedLoss* we
     term->mutable_loss()->set_type(*type);
     if (parts.size() > 2) term->mutable_loss()->set_output_name(parts[2]);
     if (parts.size() > 3) term->mutable_loss()->set_target_name(parts[3]);
-    FillReduction(flags, term->mutable_loss());
+    const std::string reduction = parts.size() > 4 ? parts[4] : flags.String("reduction");
+    if (absl::Status status = SetReduction(reduction, term->mutable_loss()); !status.ok()) {
+      return UsageError(absl::StrCat("--term '", term_text, "': ", status.message()));
+    }
   }
   return absl::OkStatus();
 }
@@ -340,7 +347,8 @@ std::vector<FlagSpec> GenerateFlags() {
       {"bce-weight", "FILE.npy", "bce_with_logits: per-element weight"},
       {"pos-weight", "FILE.npy", "bce_with_logits: per-class positive weight"},
       {"per-element-output", "NAME", "reduction none: the output carrying the per-element loss"},
-      {"term", "W:TYPE[:OUTPUT[:TARGET]]", "a term of a weighted loss, e.g. 0.4:mse:out1:target1 (repeat)", true},
+      {"term", "W:TYPE[:OUTPUT[:TARGET[:REDUCTION]]]",
+       "a term of a weighted loss, e.g. 0.4:mse:out1:target1 (repeat; REDUCTION defaults to --reduction)", true},
       {"loss-graph", "FILE", "a custom loss: an ONNX graph with one scalar output (see the schema's CustomLoss)"},
       {"loss-target", "NAMES", "--loss-graph: which of its inputs are targets (default: those not named after "
                                "model outputs)", true},

@@ -316,6 +316,89 @@ TEST_F(TrainctlFlowTest, GradientAccumulationOptimizerPhasesSchedulerAndProperti
   EXPECT_THAT(Ok({"session", "show", id}), HasSubstr("property epoch = 3"));
 }
 
+// The largest difference between a float32 .npy and a float64 reference .npy, relative to the reference's largest
+// magnitude.
+double RelativeError(const std::string& actual_path, const std::string& reference_path) {
+  absl::StatusOr<engine::Tensor> actual = engine::ReadNpy(actual_path);
+  absl::StatusOr<engine::Tensor> reference = engine::ReadNpy(reference_path);
+  EXPECT_TRUE(actual.ok() && reference.ok()) << actual_path;
+  if (!actual.ok() || !reference.ok() || actual->num_elements() != reference->num_elements()) return 1e9;
+  double error = 0, scale = 0;
+  for (int64_t i = 0; i < actual->num_elements(); ++i) {
+    error = std::max(error, std::fabs(actual->data<float>()[i] - reference->data<double>()[i]));
+    scale = std::max(scale, std::fabs(reference->data<double>()[i]));
+  }
+  return error / scale;
+}
+
+// Losses and optimizers chosen on the command line give PyTorch's numbers: a custom ONNX loss graph and an L1 sum
+// (loss and every gradient, tests/golden/data/losses), and a weighted two-head MSE trained with SGD + Nesterov
+// (the 5-step trajectory). The artifacts carry a prefix, which session create finds in the directory.
+TEST_F(TrainctlFlowTest, LossesAndOptimizersFromFlagsMatchPyTorch) {
+  const std::string losses = testing::RunfilePath("tests/golden/data/losses/");
+  const std::vector<std::string> parameters = {"trunk.weight", "trunk.bias", "regression.weight", "regression.bias"};
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"onnx_smooth_l1", {"--loss-graph", losses + "onnx_smooth_l1/term0_loss_graph.onnx"}},
+      {"l1_sum", {"--loss", "l1", "--output", "regression", "--target", "target_reg", "--reduction", "sum"}},
+  };
+  for (const auto& [name, loss_flags] : cases) {
+    v1::GenerateArtifactsResponse artifacts;
+    ASSERT_TRUE(ParseJson(Ok(With({"artifacts", "generate", "--model", losses + "model.onnx", "--requires-grad",
+                                   absl::StrJoin(parameters, ","), "--json"},
+                                  loss_flags)),
+                          &artifacts))
+        << name;
+    const std::string id = CreateSession({"--artifact", artifacts.artifact_id()}).session_id();
+    google::protobuf::Struct trained;
+    ASSERT_TRUE(ParseJson(Ok({"train", "--session", id, "--accumulate", "--input", "x=" + losses + "inputs/x.npy",
+                              "--input", "target_reg=" + losses + "targets/target_reg.npy", "--json"}),
+                          &trained));
+    v1::TrainStepResponse step;
+    ASSERT_TRUE(ParseJson(testing::MessageJson(Field(trained, "steps").list_value().values(0)), &step));
+    absl::StatusOr<engine::Tensor> reference = engine::ReadNpy(losses + name + "/loss.npy");
+    ASSERT_TRUE(reference.ok());
+    EXPECT_NEAR(step.loss(), reference->data<double>()[0], 1e-5 * std::fabs(reference->data<double>()[0])) << name;
+    const std::string gradients = dir_ + "/" + name + "_grads";
+    Ok({"params", "get", "--session", id, "--name", absl::StrJoin(parameters, ","), "--out-dir",
+        dir_ + "/" + name + "_params", "--gradients", gradients});
+    for (const std::string& parameter : parameters) {
+      EXPECT_LE(RelativeError(gradients + "/" + parameter + ".npy", losses + name + "/grads/" + parameter + ".npy"),
+                1e-4)
+          << name << " " << parameter;
+    }
+  }
+
+  // Weighted terms + SGD with Nesterov momentum, artifacts under a prefix.
+  const std::string two_heads = testing::RunfilePath("tests/golden/data/two_head_weighted_mse/");
+  Ok({"artifacts", "generate", "--model", two_heads + "model.onnx", "--term", "0.4:mse:out1:target1", "--term",
+      "0.6:mse:out2:target2:mean", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--nesterov",
+      "--prefix", "heads_", "--out", dir_ + "/heads"});
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/heads/heads_training_model.onnx"));
+  const std::string id = CreateSession({"--artifact-dir", dir_ + "/heads"}).session_id();
+  google::protobuf::Struct trained;
+  ASSERT_TRUE(ParseJson(Ok({"train", "--session", id, "--steps", "5", "--input", "input=" + two_heads +
+                            "inputs/input.npy", "--input", "target1=" + two_heads + "targets/target1.npy", "--input",
+                            "target2=" + two_heads + "targets/target2.npy", "--json"}),
+                        &trained));
+  absl::StatusOr<engine::Tensor> trajectory = engine::ReadNpy(two_heads + "ref/sgd_nesterov_losses.npy");
+  ASSERT_TRUE(trajectory.ok());
+  const auto& steps = Field(trained, "steps").list_value().values();
+  ASSERT_EQ(steps.size(), 5);
+  for (int i = 0; i < 5; ++i) {
+    v1::TrainStepResponse step;
+    ASSERT_TRUE(ParseJson(testing::MessageJson(steps[i]), &step));
+    EXPECT_NEAR(step.loss(), trajectory->data<double>()[i], 1e-4 * trajectory->data<double>()[i]) << i;
+  }
+  // A frozen parameter stays as it was.
+  v1::GenerateArtifactsResponse frozen;
+  ASSERT_TRUE(ParseJson(Ok({"artifacts", "generate", "--model", two_heads + "model.onnx", "--term",
+                            "1:mse:out1:target1", "--term", "1:mse:out2:target2", "--frozen", "trunk.weight,trunk.bias",
+                            "--json"}),
+                        &frozen));
+  EXPECT_THAT(frozen.frozen_parameters(), ::testing::UnorderedElementsAre("trunk.weight", "trunk.bias"));
+  EXPECT_THAT(frozen.trainable_parameters(), ::testing::Not(::testing::Contains("trunk.weight")));
+}
+
 TEST_F(TrainctlFlowTest, ExitCodesForUsageLocalFileAndCallFailures) {
   // Usage (2): a missing required flag, a malformed value, a flag of another command, flags that exclude
   // each other.
@@ -328,6 +411,8 @@ TEST_F(TrainctlFlowTest, ExitCodesForUsageLocalFileAndCallFailures) {
            {"session", "create", "--artifact", "a", "--artifact-dir", "d"},
            {"artifacts", "generate", "--model", "m.onnx"},
            {"artifacts", "generate", "--model", "m.onnx", "--loss", "mse", "--optimizer", "sgd", "--beta1", "0.9"},
+           {"artifacts", "generate", "--model", "m.onnx", "--term", "1:mse:o:t:median"},
+           {"artifacts", "generate", "--model", "m.onnx", "--loss", "mse", "--term", "1:mse"},
            {"session", "create", "--artifact", "a", "--device", "tpu"},
            {"session", "create", "--artifact", "a", "--scheduler", "linear"},
            {"params", "set", "--session", "s"},
@@ -361,6 +446,11 @@ TEST_F(TrainctlFlowTest, ExitCodesForUsageLocalFileAndCallFailures) {
     EXPECT_THAT(result.stderr_text, HasSubstr("NOT_FOUND")) << absl::StrJoin(args, " ");
     EXPECT_THAT(result.stderr_text, HasSubstr("-unknown")) << absl::StrJoin(args, " ");
   }
+  // A deadline too short for the call: DEADLINE_EXCEEDED, exit 3.
+  const CommandResult late = Run({"artifacts", "generate", "--model", Golden("model.onnx"), "--loss",
+                                  "cross_entropy", "--timeout", "0.000001"});
+  EXPECT_EQ(late.exit_code, 3) << late.stderr_text;
+  EXPECT_THAT(late.stderr_text, HasSubstr("DEADLINE_EXCEEDED"));
   // A model the daemon refuses: INVALID_ARGUMENT, exit 3.
   const CommandResult bad_model = Run({"artifacts", "generate", "--model", Golden("inputs/input.npy"), "--loss", "mse"});
   EXPECT_EQ(bad_model.exit_code, 3) << bad_model.stderr_text;
