@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -201,9 +200,10 @@ absl::StatusOr<std::string> ReadToken(const std::string& token_file) {
   if (!token_file.empty()) {
     std::ifstream in(token_file, std::ios::binary);
     if (!in) return absl::NotFoundError(absl::StrCat("cannot read the token file '", token_file, "'"));
-    std::ostringstream content;
-    content << in.rdbuf();
-    token = content.str();
+    // Bounded: a token file that is really a device or a huge file must not be read whole.
+    token.resize(kMaxTokenBytes + 65);
+    in.read(token.data(), static_cast<std::streamsize>(token.size()));
+    token.resize(static_cast<size_t>(in.gcount()));
     source = absl::StrCat("the token file '", token_file, "'");
   } else if (const char* environment = std::getenv("TRAIND_TOKEN"); environment != nullptr) {
     token = environment;
@@ -211,7 +211,9 @@ absl::StatusOr<std::string> ReadToken(const std::string& token_file) {
   } else {
     return std::string();
   }
-  if (token.size() > kMaxTokenBytes + 64) return absl::InvalidArgumentError(absl::StrCat(source, " is too large"));
+  if (token.size() > kMaxTokenBytes + 64) {
+    return absl::InvalidArgumentError(absl::StrCat(source, " holds more than ", kMaxTokenBytes, " bytes"));
+  }
   token = std::string(absl::StripAsciiWhitespace(token));
   if (token.empty()) return absl::InvalidArgumentError(absl::StrCat(source, " is empty"));
   if (token.size() > kMaxTokenBytes) {

@@ -132,6 +132,8 @@ TEST(ReadTokenTest, FromFileThenEnvironment) {
   EXPECT_THAT(std::string(ReadToken(path).status().message()), HasSubstr("empty"));
   std::ofstream(path) << std::string(5000, 'a');
   EXPECT_EQ(ReadToken(path).status().code(), absl::StatusCode::kInvalidArgument);
+  // Read bounded: an endless "file" is refused, not read forever.
+  EXPECT_EQ(ReadToken("/dev/zero").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -26,6 +26,11 @@ bool IsDirectory(const std::string& path) {
   return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
 }
 
+bool IsRegularFile(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
 bool IsSha256Hex(const std::string& text) {
   if (text.size() != 64) return false;
   for (char c : text) {
@@ -46,8 +51,12 @@ bool IsPlainFileName(const std::string& name) {
 }  // namespace
 
 absl::StatusOr<std::string> FileSha256(const std::string& path, int64_t* size_bytes) {
+  // Regular files only: a device or a FIFO could be endless.
+  if (!IsRegularFile(path)) {
+    return LocalFileError(absl::NotFoundError(absl::StrCat("'", path, "' is not a readable regular file")));
+  }
   std::ifstream in(path, std::ios::binary);
-  if (!in || IsDirectory(path)) return LocalFileError(absl::NotFoundError(absl::StrCat("cannot read '", path, "'")));
+  if (!in) return LocalFileError(absl::NotFoundError(absl::StrCat("cannot read '", path, "'")));
   engine::Sha256 hasher;
   std::vector<char> buffer(1 << 20);
   int64_t total = 0;

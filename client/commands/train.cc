@@ -95,7 +95,8 @@ absl::Status RunTrain(CommandContext& context) {
   } else {
     // TrainStream: a writer thread keeps requests flowing (the daemon reads the next one only after answering the
     // previous: back-pressure), this thread reads the answers.
-    std::unique_ptr<grpc::ClientContext> call = context.NewCallContext();
+    // One call for all steps: no deadline unless --timeout (which then bounds the whole stream).
+    std::unique_ptr<grpc::ClientContext> call = context.NewCallContext(0);
     auto stream = context.stub().TrainStream(call.get());
     std::thread writer([&] {
       for (int64_t index = 0; index < step_count; ++index) {
@@ -281,7 +282,9 @@ std::vector<CommandSpec> TrainCommands() {
        {"steps", "N", "steps to take (default: one pass over the batches)"},
        {"batch-size", "B", "rows of the first axis per step (default: all)"},
        {"accumulate", "", "forward + backward only: gradients accumulate, no optimizer step"},
-       {"stream", "", "send the steps over one TrainStream instead of a TrainStep call each"}},
+       {"stream", "",
+        "send the steps over one TrainStream instead of a TrainStep call each (no deadline unless --timeout, "
+        "which then bounds the whole stream)"}},
       0, 0, 60, RunTrain});
   commands.push_back(CommandSpec{
       "eval", "", "evaluate a batch from .npy files with the eval model (Eval)",

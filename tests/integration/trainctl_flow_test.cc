@@ -284,6 +284,18 @@ TEST_F(TrainctlFlowTest, GradientAccumulationOptimizerPhasesSchedulerAndProperti
   const std::string id = CreateSession({"--artifact", artifacts.artifact_id(), "--scheduler", "step", "--step-size",
                                         "2", "--gamma", "0.5"})
                              .session_id();
+  // --device gpu:N names ServerInfo.gpu_devices[N]: one past the last is refused; the first, where there is one,
+  // makes a GPU session.
+  v1::ServerInfo info;
+  ASSERT_TRUE(ParseJson(Ok({"info", "--json"}), &info));
+  const CommandResult no_such_gpu = Run({"session", "create", "--artifact", artifacts.artifact_id(), "--device",
+                                         absl::StrCat("gpu:", info.gpu_devices_size())});
+  EXPECT_EQ(no_such_gpu.exit_code, 3) << no_such_gpu.stderr_text;
+  if (info.gpu_devices_size() > 0) {
+    const v1::Session gpu = CreateSession({"--artifact", artifacts.artifact_id(), "--device", "gpu:0"});
+    EXPECT_EQ(gpu.executor(), v1::GPU);
+    EXPECT_EQ(gpu.device_index(), 0);
+  }
   // Two accumulated passes, then one optimizer step: step count 1, and the scheduler moved with it.
   const std::string accumulated = Ok(With({"train", "--session", id, "--steps", "2", "--accumulate"}, Inputs()));
   EXPECT_THAT(accumulated, HasSubstr("(accumulated)"));
@@ -432,6 +444,8 @@ TEST_F(TrainctlFlowTest, ExitCodesForUsageLocalFileAndCallFailures) {
   EXPECT_EQ(not_npy.exit_code, 4) << not_npy.stderr_text;
   const CommandResult no_model = Run({"artifacts", "generate", "--model", dir_ + "/none.onnx", "--loss", "mse"});
   EXPECT_EQ(no_model.exit_code, 4) << no_model.stderr_text;
+  EXPECT_EQ(Run({"upload", "/dev/zero"}).exit_code, 4);  // not a regular file: never read
+  EXPECT_EQ(Run({"upload", dir_}).exit_code, 4);
   // Call failures (3): unknown ids answer NOT_FOUND, named in the message.
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"session", "show", "s-unknown"},
