@@ -41,8 +41,10 @@ int NextId() {
   return counter++;
 }
 
-// fork + exec with stdout and stderr going to `output_path`; returns the child's pid.
-pid_t Spawn(const std::string& binary, const std::vector<std::string>& args, const std::string& output_path) {
+// fork + exec with stdout going to `output_path` and stderr to `error_path` (empty: the same file), `env`
+// ("NAME=VALUE") added to the environment; returns the child's pid.
+pid_t Spawn(const std::string& binary, const std::vector<std::string>& args, const std::string& output_path,
+            const std::string& error_path = "", const std::vector<std::string>& env = {}) {
   std::vector<std::string> argv_storage = {binary};
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -56,6 +58,14 @@ pid_t Spawn(const std::string& binary, const std::vector<std::string>& args, con
       dup2(fd, STDERR_FILENO);
       ::close(fd);
     }
+    if (!error_path.empty()) {
+      const int error_fd = ::open(error_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (error_fd >= 0) {
+        dup2(error_fd, STDERR_FILENO);
+        ::close(error_fd);
+      }
+    }
+    for (const std::string& variable : env) putenv(const_cast<char*>(variable.c_str()));
     // Unblock everything the test runner may have blocked; the daemon sets up its own mask.
     sigset_t none;
     sigemptyset(&none);
@@ -215,6 +225,22 @@ ExitResult RunToExit(const std::string& binary, const std::vector<std::string>& 
     result.exit_code = -1;
   }
   result.output = ReadFile(output_path);
+  return result;
+}
+
+CommandResult RunCommand(const std::string& binary, const std::vector<std::string>& args,
+                         const std::vector<std::string>& env, absl::Duration timeout) {
+  const std::string dir = MakeTempDir("command");
+  const pid_t pid = Spawn(binary, args, dir + "/stdout.txt", dir + "/stderr.txt", env);
+  CommandResult result;
+  if (!WaitWithTimeout(pid, timeout, &result.exit_code)) {
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    result.exit_code = -1;
+  }
+  result.stdout_text = ReadFile(dir + "/stdout.txt");
+  result.stderr_text = ReadFile(dir + "/stderr.txt");
   return result;
 }
 

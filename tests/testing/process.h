@@ -54,6 +54,16 @@ struct ExitResult {
 };
 ExitResult RunToExit(const std::string& binary, const std::vector<std::string>& args, absl::Duration timeout);
 
+// Runs a command to its end with stdout and stderr kept apart (for commands whose stdout is parsed, e.g. trainctl
+// --json) and `env` ("NAME=VALUE") added to the environment. exit_code -1: killed after `timeout`.
+struct CommandResult {
+  int exit_code = -1;
+  std::string stdout_text;
+  std::string stderr_text;
+};
+CommandResult RunCommand(const std::string& binary, const std::vector<std::string>& args,
+                         const std::vector<std::string>& env = {}, absl::Duration timeout = absl::Seconds(120));
+
 // GET http://<address><path> with HTTP/1.0; returns the body when the status is 200.
 absl::StatusOr<std::string> HttpGet(const std::string& address, const std::string& path);
 
