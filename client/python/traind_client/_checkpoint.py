@@ -81,7 +81,7 @@ class StoredTensor:
             except KeyError:
                 raise CheckpointError(f"a {array.dtype} array cannot be stored in a checkpoint") from None
         return StoredTensor(onnx_type, tuple(int(d) for d in array.shape),
-                            np.ascontiguousarray(array, dtype=_NUMPY_OF_ONNX[onnx_type].newbyteorder("=")))
+                            np.array(array, dtype=_NUMPY_OF_ONNX[onnx_type].newbyteorder("="), order="C"))
 
     @property
     def nominal(self):

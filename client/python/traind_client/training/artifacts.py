@@ -143,11 +143,12 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None,
     if requires_grad is not None and frozen_params is not None and set(requires_grad) & set(frozen_params):
         raise RuntimeError("A parameter cannot be frozen and require gradient computation at the same time "
                            f"{set(requires_grad) & set(frozen_params)}")
+    additional = extra_options.get("additional_output_names") or []
+    if not isinstance(additional, (list, tuple)) or not all(isinstance(name, str) for name in additional):
+        raise RuntimeError("additional_output_names must be a list of strings")
+    additional = list(additional)
     if not isinstance(model, onnx.ModelProto):
         model = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(os.fspath(model))
-    additional = list(extra_options.get("additional_output_names") or [])
-    if not isinstance(additional, list) or not all(isinstance(name, str) for name in additional):
-        raise RuntimeError("additional_output_names must be a list of strings")
     loss_spec, extra_outputs = _loss_spec(model, loss, extra_options.get("loss_input_names"), additional)
     prefix = extra_options.get("prefix") or ""
     client = extra_options.get("client") or _connection.default_client()
