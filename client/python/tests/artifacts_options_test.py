@@ -3,6 +3,7 @@ check here happens before a call)."""
 
 import unittest
 
+import onnx
 from google.protobuf import json_format
 
 import traind_client.training.onnxblock as onnxblock
@@ -51,27 +52,26 @@ class ArtifactOptionsTest(unittest.TestCase):
     def test_loss_types_are_the_daemons_builtin_losses_on_the_loss_input(self):
         model = two_head_model()
         spec, extra = artifacts._loss_spec(model, artifacts.LossType.CrossEntropyLoss, ["output2"], [])
-        self.assertEqual(spec, {"builtin": {"type": "CROSS_ENTROPY", "output_name": "output2",
-                                            "target_name": "labels"}})
+        self.assertEqual(spec, v1.LossSpec(builtin=v1.BuiltinLoss(type=v1.CROSS_ENTROPY, output_name="output2",
+                                                                   target_name="labels")))
         self.assertEqual(extra, [])
         spec, _ = artifacts._loss_spec(model, artifacts.LossType.MSELoss, ["output1"], [])
-        self.assertEqual(spec["builtin"]["target_name"], "target")
-        json_format.ParseDict(spec, v1.LossSpec())
+        self.assertEqual(spec.builtin.target_name, "target")
 
     def test_a_loss_type_over_two_names_is_onnx_runtimes_graph(self):
         # ONNX Runtime passes every loss input to the loss block: the second becomes the target.
         spec, _ = artifacts._loss_spec(two_head_model(), artifacts.LossType.L1Loss, ["output1", "output1"], [])
-        self.assertIn("custom", spec)
-        self.assertEqual(spec["custom"]["target_names"], [])
+        self.assertEqual(spec.WhichOneof("kind"), "custom")
+        self.assertEqual(list(spec.custom.target_names), [])
 
     def test_a_block_becomes_a_custom_loss_and_none_the_model_output(self):
         spec, _ = artifacts._loss_spec(two_head_model(), WeightedAverageLoss(), None, [])
-        self.assertEqual(spec["custom"]["target_names"], ["target1", "target2"])
-        loss = v1.LossSpec()
-        json_format.ParseDict(spec, loss)
-        self.assertTrue(loss.custom.graph.onnx_bytes)
+        self.assertEqual(list(spec.custom.target_names), ["target1", "target2"])
+        loss_graph = onnx.load_from_string(spec.custom.graph.onnx_bytes)  # real ONNX bytes, as the daemon reads
+        self.assertEqual([value.name for value in loss_graph.graph.input], ["output1", "output2", "target1",
+                                                                            "target2"])
         spec, _ = artifacts._loss_spec(two_head_model(), None, ["output1"], [])
-        self.assertIn("custom", spec)
+        self.assertEqual(spec.WhichOneof("kind"), "custom")
         with self.assertRaisesRegex(RuntimeError, "Unknown loss"):
             artifacts._loss_spec(two_head_model(), "mse", None, [])
 

@@ -23,6 +23,7 @@ from typing import Optional, Tuple
 
 import onnx
 
+from traind_client import v1
 from traind_client.training import _connection
 from traind_client.training.onnxblock import _loss_graph, blocks
 from traind_client.training.onnxblock import loss as loss_blocks
@@ -70,8 +71,8 @@ _ORT_DEFAULTS = {
     OptimType.AdamW: AdamW(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0),
     OptimType.SGD: SGD(lr=1e-3),
 }
-_BUILTIN = {LossType.MSELoss: "MSE", LossType.CrossEntropyLoss: "CROSS_ENTROPY",
-            LossType.BCEWithLogitsLoss: "BCE_WITH_LOGITS", LossType.L1Loss: "L1"}
+_BUILTIN = {LossType.MSELoss: v1.MSE, LossType.CrossEntropyLoss: v1.CROSS_ENTROPY,
+            LossType.BCEWithLogitsLoss: v1.BCE_WITH_LOGITS, LossType.L1Loss: v1.L1}
 # ONNX Runtime's loss graphs, for LossType losses whose target is itself a model value (loss_input_names with
 # more than one name), which the daemon's built-in losses cannot express.
 _BUILTIN_BLOCKS = {LossType.MSELoss: loss_blocks.MSELoss, LossType.CrossEntropyLoss: loss_blocks.CrossEntropyLoss,
@@ -97,14 +98,20 @@ def _optimizer_spec(optimizer):
     return spec
 
 
+def _custom_loss(graph):
+    return v1.LossSpec(custom=v1.CustomLoss(graph=v1.ModelSource(onnx_bytes=graph.model.SerializeToString()),
+                                            target_names=graph.target_names))
+
+
 def _loss_spec(model, loss, loss_input_names, additional_output_names):
-    """(LossSpec dict, extra additional outputs) for generate_artifacts' `loss`."""
+    """(traind.v1.LossSpec, extra additional outputs) for generate_artifacts' `loss`."""
     inputs = list(loss_input_names) if loss_input_names else [output.name for output in model.graph.output]
     if isinstance(loss, LossType):
         if len(inputs) == 1:
             # The daemon's built-in loss: the engine's own PyTorch-exact graph.
             target = "labels" if loss is LossType.CrossEntropyLoss else "target"
-            return {"builtin": {"type": _BUILTIN[loss], "output_name": inputs[0], "target_name": target}}, []
+            return v1.LossSpec(builtin=v1.BuiltinLoss(type=_BUILTIN[loss], output_name=inputs[0],
+                                                      target_name=target)), []
         logging.info("loss inputs %s: building ONNX Runtime's %s graph", inputs, loss.name)
         loss = _BUILTIN_BLOCKS[loss]()
     elif loss is None:
@@ -114,8 +121,7 @@ def _loss_spec(model, loss, loss_input_names, additional_output_names):
                            "traind_client.training.artifacts.LossType or traind_client.training.onnxblock.Block.")
     graph = _loss_graph.build_loss_graph(model, loss, inputs)
     extra = [name for name in graph.extra_outputs if name not in additional_output_names]
-    return {"custom": {"graph": {"onnx_bytes": graph.model.SerializeToString()},
-                       "target_names": graph.target_names}}, extra
+    return _custom_loss(graph), extra
 
 
 def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None, optimizer=None,

@@ -10,6 +10,7 @@ import copy
 
 import onnx
 
+from traind_client import v1
 from traind_client.training import _connection
 from traind_client.training.onnxblock import _loss_graph, blocks, model_accessor
 
@@ -62,8 +63,8 @@ class TrainingBlock(blocks.Block):
         client = _connection.default_client()
         self._artifacts = client.generate_artifacts(
             forward, requires_grad=sorted(self._requires_grad), frozen_params=sorted(self._frozen),
-            loss={"custom": {"graph": {"onnx_bytes": graph.model.SerializeToString()},
-                             "target_names": graph.target_names}},
+            loss=v1.LossSpec(custom=v1.CustomLoss(graph=v1.ModelSource(onnx_bytes=graph.model.SerializeToString()),
+                                                  target_names=graph.target_names)),
             additional_output_names=graph.extra_outputs, return_artifact_bytes=True)
         self._forward = forward
         return graph.model.graph.output[0].name
