@@ -1,9 +1,11 @@
 #include "server/artifact_store.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/match.h"
@@ -38,6 +40,13 @@ absl::Status FsyncDirectory(const std::string& path) {
   const int synced = ::fsync(fd);
   ::close(fd);
   return synced == 0 ? absl::OkStatus() : absl::InternalError(absl::StrCat("cannot fsync '", path, "'"));
+}
+
+// Unix seconds of the file's last modification; 0 when it cannot be read.
+double ModifiedTime(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) return 0;
+  return static_cast<double>(info.st_mtim.tv_sec) + 1e-9 * static_cast<double>(info.st_mtim.tv_nsec);
 }
 
 absl::Status CreateDirectory(const std::string& path) {
@@ -157,15 +166,67 @@ absl::StatusOr<std::string> ArtifactStore::ReadVerified(const std::string& direc
   return content;
 }
 
-absl::StatusOr<SessionModels> ArtifactStore::Load(const std::string& artifact_id) const {
-  if (!absl::StartsWith(artifact_id, kArtifactIdPrefix) || !CheckStateName(artifact_id, "artifact id").ok()) {
-    return absl::NotFoundError(absl::StrCat("no artifacts '", absl::CHexEscape(artifact_id), "'"));
-  }
+absl::StatusOr<std::string> ArtifactStore::Directory(const std::string& artifact_id) const {
   const std::string directory = absl::StrCat(artifacts_dir_, "/", artifact_id);
+  if (!absl::StartsWith(artifact_id, kArtifactIdPrefix) || !CheckStateName(artifact_id, "artifact id").ok() ||
+      !std::filesystem::exists(absl::StrCat(directory, "/", kManifestName))) {
+    return absl::NotFoundError(absl::StrCat("no artifacts '", absl::CHexEscape(artifact_id.substr(0, 128)), "'"));
+  }
+  return directory;
+}
+
+absl::StatusOr<StoredArtifacts> ArtifactStore::Get(const std::string& artifact_id) const {
+  TRAIND_ASSIGN_OR_RETURN(const std::string directory, Directory(artifact_id));
   const std::string manifest_path = absl::StrCat(directory, "/", kManifestName);
-  absl::StatusOr<std::string> manifest = engine::ReadFileLimited(manifest_path, 1 << 16);
-  if (!manifest.ok()) return absl::NotFoundError(absl::StrCat("no artifacts '", artifact_id, "'"));
-  TRAIND_ASSIGN_OR_RETURN(std::vector<ArtifactFileInfo> files, ParseManifest(*manifest, manifest_path));
+  TRAIND_ASSIGN_OR_RETURN(const std::string manifest, engine::ReadFileLimited(manifest_path, 1 << 16));
+  StoredArtifacts stored;
+  stored.artifact_id = artifact_id;
+  TRAIND_ASSIGN_OR_RETURN(stored.files, ParseManifest(manifest, manifest_path));
+  stored.created_time = ModifiedTime(manifest_path);
+  return stored;
+}
+
+std::vector<StoredArtifacts> ArtifactStore::List() const {
+  std::vector<StoredArtifacts> sets;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(artifacts_dir_, error)) {
+    absl::StatusOr<StoredArtifacts> stored = Get(entry.path().filename().string());
+    if (stored.ok()) sets.push_back(*std::move(stored));
+  }
+  std::sort(sets.begin(), sets.end(),
+            [](const StoredArtifacts& a, const StoredArtifacts& b) { return a.created_time < b.created_time; });
+  return sets;
+}
+
+absl::StatusOr<ArtifactFileInfo> ArtifactStore::ReadFile(const std::string& artifact_id, const std::string& kind) const {
+  TRAIND_ASSIGN_OR_RETURN(StoredArtifacts stored, Get(artifact_id));
+  for (ArtifactFileInfo& file : stored.files) {
+    if (file.kind != kind) continue;
+    TRAIND_ASSIGN_OR_RETURN(file.content, ReadVerified(absl::StrCat(artifacts_dir_, "/", artifact_id), file));
+    return file;
+  }
+  return absl::NotFoundError(absl::StrCat("artifacts '", artifact_id, "' have no file of kind '",
+                                          absl::CHexEscape(kind.substr(0, 64)), "'"));
+}
+
+absl::Status ArtifactStore::Delete(const std::string& artifact_id) {
+  TRAIND_ASSIGN_OR_RETURN(const std::string directory, Directory(artifact_id));
+  // Renamed out of sight first (atomic), then removed: a crash in between leaves a temporary directory that the
+  // next start removes, never half a set.
+  const std::string doomed = absl::StrCat(artifacts_dir_, "/", kTemporaryPrefix, "deleted-", artifact_id);
+  if (std::rename(directory.c_str(), doomed.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot delete artifacts '", artifact_id, "'"));
+  }
+  std::error_code error;
+  std::filesystem::remove_all(doomed, error);
+  return FsyncDirectory(artifacts_dir_);
+}
+
+absl::StatusOr<SessionModels> ArtifactStore::Load(const std::string& artifact_id) const {
+  TRAIND_ASSIGN_OR_RETURN(const std::string directory, Directory(artifact_id));
+  const std::string manifest_path = absl::StrCat(directory, "/", kManifestName);
+  TRAIND_ASSIGN_OR_RETURN(const std::string manifest, engine::ReadFileLimited(manifest_path, 1 << 16));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<ArtifactFileInfo> files, ParseManifest(manifest, manifest_path));
   SessionModels models;
   bool have_training = false, have_checkpoint = false;
   for (const ArtifactFileInfo& file : files) {
@@ -204,6 +265,33 @@ absl::StatusOr<std::string> ArtifactStore::ReadCheckpoint(const std::string& nam
     return absl::NotFoundError(absl::StrCat("no checkpoint named '", name, "'"));
   }
   return bytes;
+}
+
+std::vector<StoredCheckpointInfo> ArtifactStore::ListCheckpoints() const {
+  std::vector<StoredCheckpointInfo> checkpoints;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(checkpoints_dir_, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!CheckCheckpointName(name).ok()) continue;
+    absl::StatusOr<std::string> bytes = engine::ReadFileLimited(entry.path().string(), max_file_bytes_);
+    if (!bytes.ok()) continue;
+    StoredCheckpointInfo info;
+    info.name = name;
+    info.size_bytes = static_cast<int64_t>(bytes->size());
+    info.sha256_hex = engine::Sha256Hex(*bytes);
+    info.modified_time = ModifiedTime(entry.path().string());
+    checkpoints.push_back(std::move(info));
+  }
+  std::sort(checkpoints.begin(), checkpoints.end(),
+            [](const StoredCheckpointInfo& a, const StoredCheckpointInfo& b) { return a.name < b.name; });
+  return checkpoints;
+}
+
+absl::Status ArtifactStore::DeleteCheckpoint(const std::string& name) {
+  TRAIND_RETURN_IF_ERROR(CheckCheckpointName(name));
+  const std::string path = absl::StrCat(checkpoints_dir_, "/", name);
+  if (::unlink(path.c_str()) != 0) return absl::NotFoundError(absl::StrCat("no checkpoint named '", name, "'"));
+  return FsyncDirectory(checkpoints_dir_);
 }
 
 }  // namespace traind

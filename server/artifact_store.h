@@ -38,6 +38,14 @@ struct ArtifactFileInfo {
 struct StoredArtifacts {
   std::string artifact_id;
   std::vector<ArtifactFileInfo> files;  // kind order
+  double created_time = 0;              // Unix seconds
+};
+
+struct StoredCheckpointInfo {
+  std::string name;
+  int64_t size_bytes = 0;
+  std::string sha256_hex;
+  double modified_time = 0;  // Unix seconds
 };
 
 // What a session is made of.
@@ -61,10 +69,18 @@ class ArtifactStore {
   // NOT_FOUND for an unknown id (or one that is not an id); DATA_LOSS when a file no longer matches the digest
   // recorded when it was stored.
   absl::StatusOr<SessionModels> Load(const std::string& artifact_id) const;
+  // The set's files (without content); NOT_FOUND for an unknown id.
+  absl::StatusOr<StoredArtifacts> Get(const std::string& artifact_id) const;
+  std::vector<StoredArtifacts> List() const;
+  // One file's bytes, checked against its digest.
+  absl::StatusOr<ArtifactFileInfo> ReadFile(const std::string& artifact_id, const std::string& kind) const;
+  absl::Status Delete(const std::string& artifact_id);
 
   // Named checkpoints ([A-Za-z0-9._-], see state_names.h): SaveCheckpoint replaces an older one atomically.
   absl::Status SaveCheckpoint(const std::string& name, const std::string& bytes);
   absl::StatusOr<std::string> ReadCheckpoint(const std::string& name) const;
+  std::vector<StoredCheckpointInfo> ListCheckpoints() const;
+  absl::Status DeleteCheckpoint(const std::string& name);
 
  private:
   ArtifactStore(std::string artifacts_dir, std::string checkpoints_dir, int64_t max_file_bytes)
@@ -73,6 +89,8 @@ class ArtifactStore {
         max_file_bytes_(max_file_bytes) {}
   // Reads one file of a set and checks it against the manifest.
   absl::StatusOr<std::string> ReadVerified(const std::string& directory, const ArtifactFileInfo& file) const;
+  // The set's directory, NOT_FOUND unless `artifact_id` names a stored set.
+  absl::StatusOr<std::string> Directory(const std::string& artifact_id) const;
 
   std::string artifacts_dir_;
   std::string checkpoints_dir_;

@@ -203,6 +203,14 @@ int64_t SessionManager::size() const {
   return static_cast<int64_t>(sessions_.size());
 }
 
+bool SessionManager::UsesArtifacts(const std::string& tenant, const std::string& artifact_id) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, session] : sessions_) {
+    if (session->tenant() == tenant && session->Snapshot().artifact_id == artifact_id) return true;
+  }
+  return false;
+}
+
 int64_t SessionManager::size(const std::string& tenant) const {
   absl::MutexLock lock(&mu_);
   int64_t count = 0;
@@ -748,9 +756,7 @@ absl::StatusOr<std::string> SessionManager::ExportForInference(const Caller& cal
   }
   std::vector<std::string> outputs = output_names;
   if (outputs.empty()) {
-    for (const std::string& name : session->module->EvalOutputNames()) {
-      if (name != engine::kLossName) outputs.push_back(name);
-    }
+    outputs = session->module->DefaultInferenceOutputs();
     if (outputs.empty()) {
       return absl::InvalidArgumentError(
           "the eval model has no output but the loss: name the values to export in output_names");

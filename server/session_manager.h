@@ -169,6 +169,8 @@ class SessionManager {
   absl::Status Close(const Caller& caller, const std::string& session_id);
   int64_t size() const;
   int64_t size(const std::string& tenant) const;
+  // Whether an open session of the tenant was made from the artifact set (which must then stay).
+  bool UsesArtifacts(const std::string& tenant, const std::string& artifact_id) const;
 
   // Forward + backward (gradients accumulate), then unless `accumulate_only` the optimizer step and a lazy reset.
   // `fetch` names outputs of the training model to return (the loss always comes as TrainStepResult::loss).

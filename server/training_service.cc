@@ -181,14 +181,9 @@ grpc::Status TrainingServiceImpl::GetServerInfo(Context* /*context*/, const v1::
   response->set_max_sessions(limits_.max_sessions);
   for (const char* loss : {"MSELoss", "CrossEntropyLoss", "BCEWithLogitsLoss", "L1Loss"}) response->add_losses(loss);
   for (const char* optimizer : {"AdamW", "SGD"}) response->add_optimizers(optimizer);
-  // RPCs of the schema this build does not serve yet (the generated base class answers UNIMPLEMENTED).
-  static const std::set<std::string> kNotYetImplemented = {
-      "ListArtifacts", "GetArtifact", "DeleteArtifact", "ListCheckpoints", "DeleteCheckpoint", "Download",
-      "TrainStream"};
   const google::protobuf::ServiceDescriptor* service = ServiceDescriptor();
   for (int i = 0; i < service->method_count(); ++i) {
-    const std::string& name = service->method(i)->name();
-    (*response->mutable_implemented_rpcs())[name] = kNotYetImplemented.count(name) == 0;
+    (*response->mutable_implemented_rpcs())[service->method(i)->name()] = true;
   }
   response->set_default_num_threads(limits_.default_num_threads);
   response->set_max_concurrent_steps(limits_.max_concurrent_steps);
@@ -413,26 +408,57 @@ grpc::Status TrainingServiceImpl::CloseSession(Context* context, const v1::Close
 
 // ---- Training and evaluation ----
 
+absl::Status TrainingServiceImpl::Step(const Call& call, const v1::TrainStepRequest& request,
+                                       v1::TrainStepResponse* response) {
+  TRAIND_ASSIGN_OR_RETURN(engine::NamedTensors inputs,
+                          NamedTensorsFromWire(request.inputs(), limits_.max_message_bytes, "inputs", "input"));
+  const std::vector<std::string> fetch(request.fetch_outputs().begin(), request.fetch_outputs().end());
+  TRAIND_ASSIGN_OR_RETURN(TrainStepResult result, sessions_->TrainStep(call.caller, request.session_id(), inputs,
+                                                                       request.accumulate_only(), fetch));
+  response->set_loss(result.loss);
+  for (const auto& [name, tensor] : result.outputs) {
+    TRAIND_RETURN_IF_ERROR(TensorToWire(name, tensor, response->add_outputs()));
+  }
+  response->set_optimizer_step(result.optimizer_step);
+  response->set_learning_rate(result.learning_rate);
+  response->set_skipped(result.skipped);
+  response->set_skip_reason(result.skip_reason);
+  return absl::OkStatus();
+}
+
 grpc::Status TrainingServiceImpl::TrainStep(Context* context, const v1::TrainStepRequest* request,
                                             v1::TrainStepResponse* response) {
   TRAIND_AUTHORIZE(call);
-  absl::StatusOr<engine::NamedTensors> inputs =
-      NamedTensorsFromWire(request->inputs(), limits_.max_message_bytes, "inputs", "input");
-  if (!inputs.ok()) return Fail(context, inputs.status());
-  const std::vector<std::string> fetch(request->fetch_outputs().begin(), request->fetch_outputs().end());
-  absl::StatusOr<TrainStepResult> result = sessions_->TrainStep(call.caller, request->session_id(), *inputs,
-                                                                request->accumulate_only(), fetch);
-  if (!result.ok()) return Fail(context, result.status());
-  response->set_loss(result->loss);
-  for (const auto& [name, tensor] : result->outputs) {
-    if (absl::Status encoded = TensorToWire(name, tensor, response->add_outputs()); !encoded.ok()) {
-      return Fail(context, encoded);
+  if (absl::Status stepped = Step(call, *request, response); !stepped.ok()) return Fail(context, stepped);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::TrainStream(
+    Context* context, grpc::ServerReaderWriter<v1::TrainStreamResponse, v1::TrainStepRequest>* stream) {
+  TRAIND_AUTHORIZE(call);
+  // One step in flight per stream: the next request is read only once the previous answer is written, so a fast
+  // client is held back by gRPC's flow control instead of being buffered here.
+  v1::TrainStepRequest request;
+  std::string session_id;
+  for (int64_t sequence = 0; stream->Read(&request); ++sequence) {
+    if (sequence == 0) {
+      if (request.session_id().empty()) {
+        return Fail(context, absl::InvalidArgumentError("the first TrainStream message must name the session"));
+      }
+      session_id = request.session_id();
+    } else if (request.session_id().empty()) {
+      request.set_session_id(session_id);
+    } else if (request.session_id() != session_id) {
+      return Fail(context, absl::InvalidArgumentError("one TrainStream trains one session"));
     }
+    v1::TrainStreamResponse response;
+    response.set_sequence(sequence);
+    if (absl::Status stepped = Step(call, request, response.mutable_step()); !stepped.ok()) {
+      return Fail(context, absl::Status(stepped.code(), absl::StrCat("request ", sequence, ": ", stepped.message())));
+    }
+    if (!stream->Write(response)) break;
   }
-  response->set_optimizer_step(result->optimizer_step);
-  response->set_learning_rate(result->learning_rate);
-  response->set_skipped(result->skipped);
-  response->set_skip_reason(result->skip_reason);
+  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled");
   return grpc::Status::OK;
 }
 
@@ -717,6 +743,133 @@ grpc::Status TrainingServiceImpl::WatchJob(Context* context, const v1::WatchJobR
     if (JobManager::IsTerminal(next->first.state())) return grpc::Status::OK;
   }
   return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
+}
+
+// ---- Stored artifacts, checkpoints and downloads ----
+
+namespace {
+
+void ArtifactSetToWire(const StoredArtifacts& stored, const std::string& tenant, v1::ArtifactSet* wire) {
+  wire->set_artifact_id(stored.artifact_id);
+  wire->set_created_time(stored.created_time);
+  wire->set_tenant(tenant);
+  for (const ArtifactFileInfo& file : stored.files) {
+    v1::ArtifactFile* out = wire->add_files();
+    out->set_kind(file.kind);
+    out->set_file_name(file.file_name);
+    out->set_size_bytes(file.size_bytes);
+    out->set_sha256_hex(file.sha256_hex);
+  }
+}
+
+}  // namespace
+
+grpc::Status TrainingServiceImpl::ListArtifacts(Context* context, const v1::ListArtifactsRequest* /*request*/,
+                                                v1::ListArtifactsResponse* response) {
+  TRAIND_AUTHORIZE(call);
+  for (const StoredArtifacts& stored : call.space->artifacts->List()) {
+    ArtifactSetToWire(stored, call.tenant.name, response->add_artifacts());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::GetArtifact(Context* context, const v1::GetArtifactRequest* request,
+                                              v1::ArtifactSet* response) {
+  TRAIND_AUTHORIZE(call);
+  absl::StatusOr<StoredArtifacts> stored = call.space->artifacts->Get(request->artifact_id());
+  if (!stored.ok()) return Fail(context, stored.status(), "ARTIFACTS_NOT_FOUND");
+  ArtifactSetToWire(*stored, call.tenant.name, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::DeleteArtifact(Context* context, const v1::DeleteArtifactRequest* request,
+                                                 v1::DeleteArtifactResponse* /*response*/) {
+  TRAIND_AUTHORIZE(call);
+  if (sessions_->UsesArtifacts(call.tenant.name, request->artifact_id())) {
+    return Fail(context, absl::FailedPreconditionError(absl::StrCat(
+                             "artifacts '", request->artifact_id(), "' are used by an open session: close it first")));
+  }
+  if (absl::Status deleted = call.space->artifacts->Delete(request->artifact_id()); !deleted.ok()) {
+    return Fail(context, deleted, "ARTIFACTS_NOT_FOUND");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::ListCheckpoints(Context* context, const v1::ListCheckpointsRequest* /*request*/,
+                                                  v1::ListCheckpointsResponse* response) {
+  TRAIND_AUTHORIZE(call);
+  for (const StoredCheckpointInfo& info : call.space->artifacts->ListCheckpoints()) {
+    v1::StoredCheckpoint* out = response->add_checkpoints();
+    out->set_name(info.name);
+    out->set_size_bytes(info.size_bytes);
+    out->set_sha256_hex(info.sha256_hex);
+    out->set_modified_time(info.modified_time);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::DeleteCheckpoint(Context* context, const v1::DeleteCheckpointRequest* request,
+                                                   v1::DeleteCheckpointResponse* /*response*/) {
+  TRAIND_AUTHORIZE(call);
+  if (absl::Status deleted = call.space->artifacts->DeleteCheckpoint(request->name()); !deleted.ok()) {
+    return Fail(context, deleted);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::Download(Context* context, const v1::DownloadRequest* request,
+                                           grpc::ServerWriter<v1::DownloadResponse>* writer) {
+  TRAIND_AUTHORIZE(call);
+  // Leave room for the message's own framing under the message limit.
+  const int64_t most = std::max<int64_t>(1, limits_.max_message_bytes - 1024);
+  if (request->chunk_bytes() < 0) return Fail(context, absl::InvalidArgumentError("chunk_bytes must be >= 0"));
+  const int64_t chunk = std::min(most, request->chunk_bytes() == 0 ? int64_t{1} << 20 : request->chunk_bytes());
+  absl::StatusOr<std::string> content;
+  std::string file_name;
+  switch (request->source_case()) {
+    case v1::DownloadRequest::kBlobId:
+      content = call.space->blobs->Read(request->blob_id());
+      file_name = request->blob_id();
+      break;
+    case v1::DownloadRequest::kArtifactFile: {
+      absl::StatusOr<ArtifactFileInfo> file =
+          call.space->artifacts->ReadFile(request->artifact_file().artifact_id(), request->artifact_file().kind());
+      if (file.ok()) {
+        file_name = file->file_name;
+        content = std::move(file->content);
+      } else {
+        content = file.status();
+      }
+      break;
+    }
+    case v1::DownloadRequest::kCheckpointName:
+      content = call.space->artifacts->ReadCheckpoint(request->checkpoint_name());
+      file_name = request->checkpoint_name();
+      break;
+    case v1::DownloadRequest::kExport: {
+      const std::vector<std::string> outputs(request->export_().output_names().begin(),
+                                             request->export_().output_names().end());
+      content = sessions_->ExportForInference(call.caller, request->export_().session_id(), outputs);
+      file_name = "model.onnx";
+      break;
+    }
+    case v1::DownloadRequest::SOURCE_NOT_SET:
+      content = absl::InvalidArgumentError("name what to download: a blob, an artifact file, a checkpoint or an export");
+      break;
+  }
+  if (!content.ok()) return Fail(context, content.status());
+  v1::DownloadResponse header;
+  header.mutable_header()->set_total_bytes(static_cast<int64_t>(content->size()));
+  header.mutable_header()->set_sha256_hex(engine::Sha256Hex(*content));
+  header.mutable_header()->set_file_name(file_name);
+  if (!writer->Write(header)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+  v1::DownloadResponse part;
+  for (size_t offset = 0; offset < content->size(); offset += static_cast<size_t>(chunk)) {
+    if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the download was cancelled");
+    part.set_chunk(content->substr(offset, static_cast<size_t>(chunk)));
+    if (!writer->Write(part)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+  }
+  return grpc::Status::OK;
 }
 
 }  // namespace traind

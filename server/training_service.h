@@ -62,6 +62,15 @@ class TrainingServiceImpl final : public traind::v1::TrainingService::Service {
   grpc::Status ExportForInference(Context*, const v1::ExportForInferenceRequest*,
                                   v1::ExportForInferenceResponse*) override;
 
+  grpc::Status ListArtifacts(Context*, const v1::ListArtifactsRequest*, v1::ListArtifactsResponse*) override;
+  grpc::Status GetArtifact(Context*, const v1::GetArtifactRequest*, v1::ArtifactSet*) override;
+  grpc::Status DeleteArtifact(Context*, const v1::DeleteArtifactRequest*, v1::DeleteArtifactResponse*) override;
+  grpc::Status ListCheckpoints(Context*, const v1::ListCheckpointsRequest*, v1::ListCheckpointsResponse*) override;
+  grpc::Status DeleteCheckpoint(Context*, const v1::DeleteCheckpointRequest*, v1::DeleteCheckpointResponse*) override;
+  grpc::Status Download(Context*, const v1::DownloadRequest*, grpc::ServerWriter<v1::DownloadResponse>*) override;
+  grpc::Status TrainStream(Context*,
+                           grpc::ServerReaderWriter<v1::TrainStreamResponse, v1::TrainStepRequest>*) override;
+
   grpc::Status SubmitJob(Context*, const v1::JobSpec*, v1::Job*) override;
   grpc::Status GetJob(Context*, const v1::GetJobRequest*, v1::Job*) override;
   grpc::Status ListJobs(Context*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
@@ -87,6 +96,8 @@ class TrainingServiceImpl final : public traind::v1::TrainingService::Service {
                                                 const std::string& what) const;
   absl::StatusOr<SessionModels> ModelsOf(const TenantSpace& space, const v1::CreateSessionRequest& request) const;
   static SessionOrigin OriginOf(const v1::CreateSessionRequest& request);
+  // One TrainStep on the core (TrainStep and TrainStream).
+  absl::Status Step(const Call& call, const v1::TrainStepRequest& request, v1::TrainStepResponse* response);
 
   ServiceLimits limits_;
   Tenants* tenants_;

@@ -605,6 +605,11 @@ absl::StatusOr<onnx::ModelProto> BuildEvalModel(const onnx::ModelProto& forward,
   PruneTo(graph, output_names);
   // Parameters are inputs whether or not the pruned graph reads them (the contract's fixed input list).
   TRAIND_RETURN_IF_ERROR(ArrangeInputs(graph, forward.graph(), options, parameters, {}));
+  std::vector<std::string> forward_outputs;
+  for (const auto& output : forward.graph().output()) forward_outputs.push_back(output.name());
+  auto* entry = training.model.add_metadata_props();
+  entry->set_key(kForwardOutputsMetadata);
+  entry->set_value(absl::StrJoin(forward_outputs, "\n"));
   return std::move(training.model);
 }
 

@@ -58,6 +58,8 @@ inline constexpr const char* kStepName = "step";
 inline constexpr const char* kSkippedName = "skipped";
 // Optimizer-model metadata: the learning rate of a fresh start (ArtifactOptions::initial_learning_rate).
 inline constexpr const char* kInitialLearningRateMetadata = "traind.initial_learning_rate";
+// Eval-model metadata: the forward model's outputs, one per line — what an inference model exports by default.
+inline constexpr const char* kForwardOutputsMetadata = "traind.forward_outputs";
 
 std::string GradientAccumulationBufferName(const std::string& parameter);  // "<p>_grad.accumulation.buffer"
 std::string GradientAccumulationOutputName(const std::string& parameter);  // "<p>_grad.accumulation.out"

@@ -503,6 +503,18 @@ absl::Status Module::ExportModelForInferencing(const std::string& path,
   return WriteFileAtomically(path, bytes);
 }
 
+std::vector<std::string> Module::DefaultInferenceOutputs() const {
+  std::vector<std::string> outputs;
+  if (!has_eval_model()) return outputs;
+  for (const auto& entry : eval_.model.metadata_props()) {
+    if (entry.key() == kForwardOutputsMetadata) return absl::StrSplit(entry.value(), '\n', absl::SkipEmpty());
+  }
+  for (const std::string& name : eval_.user_outputs) {
+    if (name != kLossName) outputs.push_back(name);
+  }
+  return outputs;
+}
+
 absl::StatusOr<std::string> Module::ExportInferenceModel(const std::vector<std::string>& output_names) const {
   if (!has_eval_model()) return absl::FailedPreconditionError("this Module has no eval model to export");
   TRAIND_RETURN_IF_ERROR(CheckState());
@@ -617,10 +629,12 @@ absl::StatusOr<std::string> Module::ExportInferenceModel(const std::vector<std::
   }
   model.mutable_opset_import()->Swap(&opsets);
   model.set_producer_name("traind ExportModelForInferencing");
-  // The loss's targets are gone: so is what the Module knew about them.
+  // The loss's targets are gone: so is what the Module knew about them, and the training-only notes.
   google::protobuf::RepeatedPtrField<onnx::StringStringEntryProto> metadata;
   for (const auto& entry : model.metadata_props()) {
-    if (!absl::StartsWith(entry.key(), kClassTargetMetadataPrefix)) *metadata.Add() = entry;
+    if (!absl::StartsWith(entry.key(), kClassTargetMetadataPrefix) && entry.key() != kForwardOutputsMetadata) {
+      *metadata.Add() = entry;
+    }
   }
   model.mutable_metadata_props()->Swap(&metadata);
 

@@ -123,6 +123,9 @@ class Module {
   absl::Status ExportModelForInferencing(const std::string& path, const std::vector<std::string>& output_names) const;
   // The same model, serialized, instead of a file.
   absl::StatusOr<std::string> ExportInferenceModel(const std::vector<std::string>& output_names) const;
+  // What an inference model exports when nobody names outputs: the forward model's outputs (recorded by
+  // GenerateArtifacts), else the eval model's outputs but the loss. Empty without an eval model.
+  std::vector<std::string> DefaultInferenceOutputs() const;
 
   // For Optimizer.
   CheckpointState* state() const { return state_; }

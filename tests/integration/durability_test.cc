@@ -216,12 +216,14 @@ TEST(DurabilityTest, KillNineAtRandomMomentsFiftyTimesLosesNoAcknowledgedState) 
     SCOPED_TRACE(absl::StrCat("round ", round));
     // Training and saving race with a kill -9 at a random moment.
     std::atomic<int64_t> acked{acknowledged_step};
+    std::atomic<bool> first_acknowledged{false};
     std::map<std::string, std::string> saves;
-    std::thread client([&, steps = 1 + static_cast<int>(random() % kMaxStepsPerRound), name = absl::StrCat("save-", round % 4)] {
+    std::thread client([&, steps = 1 + static_cast<int>(random() % kMaxStepsPerRound), name = absl::StrCat("save-", round)] {
       for (int i = 0; i < steps; ++i) {
         v1::TrainStepResponse response;
         if (!Call(*daemon.stub, &Stub::TrainStep, StepRequest(id), &response).ok()) return;
         acked = response.optimizer_step();
+        first_acknowledged = true;
         if (i == 0) {
           v1::SaveCheckpointRequest save;
           save.set_session_id(id);
@@ -233,8 +235,13 @@ TEST(DurabilityTest, KillNineAtRandomMomentsFiftyTimesLosesNoAcknowledgedState) 
         }
       }
     });
-    // Anywhere from before the first step to after the last one.
-    std::this_thread::sleep_for(std::chrono::microseconds(random() % 150000));
+    // Every fifth round, anywhere from before the first step on; the others after the first step's answer, during
+    // the save and the later steps (so that the rounds make progress however slow the machine is).
+    if (round % 5 != 0) {
+      const absl::Time deadline = absl::Now() + absl::Seconds(20);
+      while (!first_acknowledged && absl::Now() < deadline) absl::SleepFor(absl::Microseconds(200));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(random() % 60000));
     ASSERT_EQ(::kill(daemon.process->pid(), SIGKILL), 0);
     client.join();
     absl::Duration elapsed;
