@@ -14,12 +14,11 @@ import torch
 import traind_client.training
 from daemon import Daemon, scratch_dir
 from reference import run_engine
-from testing_models import two_head_model
+from testing_models import WeightedAverageLoss, two_head_model
 from traind_client import _checkpoint
 
 # The documented imports, with onnxruntime.training changed to traind_client.training:
 from traind_client.training import artifacts
-import traind_client.training.onnxblock as onnxblock
 from traind_client.training.api import CheckpointState, LinearLRScheduler, Module, Optimizer
 
 BATCH = 8
@@ -150,26 +149,8 @@ class OrtSamplesTest(unittest.TestCase):
         os.chdir(self.dir)
         onnx.save(two_head_model(batch=BATCH), "model.onnx")
 
-        # --- "Custom Loss", as documented (artifacts go to the current directory) ---
-        class WeightedAverageLoss(onnxblock.Block):
-            def __init__(self):
-                self._loss1 = onnxblock.loss.MSELoss()
-                self._loss2 = onnxblock.loss.MSELoss()
-                self._w1 = onnxblock.blocks.Constant(0.4)
-                self._w2 = onnxblock.blocks.Constant(0.6)
-                self._add = onnxblock.blocks.Add()
-                self._mul = onnxblock.blocks.Mul()
-
-            def build(self, loss_input_name1, loss_input_name2):
-                # The build method defines how the block should be stacked on top of
-                # loss_input_name1 and loss_input_name2
-
-                # Returns weighted average of the two losses
-                return self._add(
-                    self._mul(self._w1(), self._loss1(loss_input_name1, target_name="target1")),
-                    self._mul(self._w2(), self._loss2(loss_input_name2, target_name="target2"))
-                )
-
+        # --- "Custom Loss", as documented (WeightedAverageLoss is the documentation's class, verbatim, in
+        # testing_models.py; artifacts go to the current directory) ---
         my_custom_loss = WeightedAverageLoss()
         model_path = "model.onnx"
         base_model = onnx.load(model_path)
@@ -211,15 +192,20 @@ class OrtSamplesTest(unittest.TestCase):
         np.testing.assert_array_equal(state.parameters["weight3"].data, initial["weight3"])  # frozen
         module.close()
 
-    def test_sgd_with_onnx_runtimes_linear_lr_scheduler(self):
+    def classifier_artifacts(self, optimizer):
+        """(artifact directory, a pristine copy of it) for the exported classifier with cross-entropy."""
         path = os.path.join(self.dir, "forward.onnx")
         export_forward_model(path)
         directory = os.path.join(self.dir, "artifacts")
         os.makedirs(directory)
-        artifacts.generate_artifacts(onnx.load(path), loss=artifacts.LossType.CrossEntropyLoss,
-                                     optimizer=artifacts.OptimType.SGD, artifact_directory=directory)
+        artifacts.generate_artifacts(onnx.load(path), loss=artifacts.LossType.CrossEntropyLoss, optimizer=optimizer,
+                                     artifact_directory=directory)
         pristine = os.path.join(self.dir, "pristine")
         shutil.copytree(directory, pristine)
+        return directory, pristine
+
+    def test_sgd_with_onnx_runtimes_linear_lr_scheduler(self):
+        directory, pristine = self.classifier_artifacts(artifacts.OptimType.SGD)
         batches = classification_batches(6, seed=3)
         state = CheckpointState.load_checkpoint(os.path.join(directory, "checkpoint"))
         module = Module(os.path.join(directory, "training_model.onnx"), state,
@@ -245,14 +231,7 @@ class OrtSamplesTest(unittest.TestCase):
         module.close()
 
     def test_an_optimizer_made_after_the_session_exists_joins_it(self):
-        path = os.path.join(self.dir, "forward.onnx")
-        export_forward_model(path)
-        directory = os.path.join(self.dir, "artifacts")
-        os.makedirs(directory)
-        artifacts.generate_artifacts(onnx.load(path), loss=artifacts.LossType.CrossEntropyLoss,
-                                     optimizer=artifacts.AdamW(lr=0.01), artifact_directory=directory)
-        pristine = os.path.join(self.dir, "pristine")
-        shutil.copytree(directory, pristine)
+        directory, pristine = self.classifier_artifacts(artifacts.AdamW(lr=0.01))
         batches = classification_batches(4, seed=4)
         state = CheckpointState.load_checkpoint(os.path.join(directory, "checkpoint"))
         module = Module(os.path.join(directory, "training_model.onnx"), state)

@@ -24,7 +24,10 @@ def two_head_model(batch=4):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-# The documented custom loss of ONNX Runtime's "Prepare for training", unchanged.
+# The documented custom loss of ONNX Runtime's "Prepare for training", verbatim:
+# Define a custom loss block that takes in two inputs
+# and performs a weighted average of the losses from these
+# two inputs.
 class WeightedAverageLoss(onnxblock.Block):
     def __init__(self):
         self._loss1 = onnxblock.loss.MSELoss()
@@ -35,6 +38,10 @@ class WeightedAverageLoss(onnxblock.Block):
         self._mul = onnxblock.blocks.Mul()
 
     def build(self, loss_input_name1, loss_input_name2):
+        # The build method defines how the block should be stacked on top of
+        # loss_input_name1 and loss_input_name2
+
+        # Returns weighted average of the two losses
         return self._add(
             self._mul(self._w1(), self._loss1(loss_input_name1, target_name="target1")),
             self._mul(self._w2(), self._loss2(loss_input_name2, target_name="target2"))
