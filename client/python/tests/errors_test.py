@@ -6,6 +6,7 @@ status code; tests/python_client runs everything against it)."""
 import concurrent.futures
 import hashlib
 import os
+import pickle
 import threading
 import time
 import unittest
@@ -93,6 +94,8 @@ class ClientErrorsTest(unittest.TestCase):
             self.assertEqual(error.reason, f"R_{code.name}")
             self.assertIn(f"GetSession: {code.name}: message for {code.name} [R_{code.name}]", str(error))
             self.assertIsNone(error.__cause__)  # raised `from None`: no grpc traceback in the user's face
+            copy = pickle.loads(pickle.dumps(error))
+            self.assertEqual((type(copy), copy.code, copy.detail, str(copy)), (type(error), code, detail, str(error)))
         self.assertIs(_errors.error_class(grpc.StatusCode.NOT_FOUND), traind_client.NotFoundError)
         self.assertIs(_errors.error_class(grpc.StatusCode.DATA_LOSS), traind_client.DataLossError)
 

@@ -18,6 +18,7 @@ from traind_client._errors import (AbortedError, AlreadyExistsError, CancelledEr
                                    UnimplementedError, UnknownError)
 from traind_client._ortvalue import OrtValue
 from traind_client._proto import training_service_pb2 as v1
+from traind_client.training.api.module import SessionOptions
 
 __version__ = "0.1.0"
 

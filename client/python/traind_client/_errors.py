@@ -31,6 +31,9 @@ class TraindError(Exception):
         reason = f" [{detail.reason}]" if detail is not None and detail.reason else ""
         super().__init__(f"{where}{code.name}: {message}{reason}")
 
+    def __reduce__(self):  # picklable (multiprocessing), although __init__ takes more than the message
+        return (type(self), (self.code, self.message, self.detail, self.method))
+
     @property
     def reason(self):
         """ErrorDetail.reason ("NO_GRADIENT_RULE", "SESSION_NOT_FOUND", ...), or "" without a detail."""
