@@ -493,6 +493,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const Caller& caller, int64_t tenant_
 
 void JobManager::Start(std::shared_ptr<Job> job) {
   job->caller.tenant = job->tenant;
+  job->caller.bypass_admission = true;  // bounded by max_concurrent_jobs; a job's step is never turned away
   Job* raw = job.get();
   job->caller.cancelled = [raw] { return raw->cancel.load() || raw->stop.load(); };
   {
@@ -659,6 +660,16 @@ absl::Status JobManager::Train(Job& job) {
     if (stop_early) return absl::OkStatus();
   }
   return absl::OkStatus();
+}
+
+std::map<std::pair<std::string, v1::JobState>, int64_t> JobManager::CountByState() const {
+  std::map<std::pair<std::string, v1::JobState>, int64_t> counts;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, job] : jobs_) {
+    absl::MutexLock job_lock(&job->mu);
+    ++counts[{job->tenant, job->state.state()}];
+  }
+  return counts;
 }
 
 absl::StatusOr<v1::Job> JobManager::Get(const Caller& caller, const std::string& job_id) const {

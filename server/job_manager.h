@@ -64,6 +64,8 @@ class JobManager {
   void Stop();
 
   static bool IsTerminal(v1::JobState state);
+  // Jobs by (tenant, state), for the traind_jobs gauge.
+  std::map<std::pair<std::string, v1::JobState>, int64_t> CountByState() const;
 
  private:
   struct Job;

@@ -53,6 +53,10 @@ ABSL_FLAG(double, checkpoint_every_seconds, 60,
           "Checkpoint a session when this long has passed since its last checkpoint (0: off). Sessions are also "
           "checkpointed on drain and resume from their last checkpoint after a restart.");
 ABSL_FLAG(int64_t, max_concurrent_jobs, 4, "Training jobs running at once (all tenants); more are refused.");
+ABSL_FLAG(int, max_rpc_threads, 256,
+          "Threads serving RPCs (every in-flight call holds one); past that, calls get RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_waiting_calls_per_session, 8,
+          "Calls that may wait for one session (its calls run one at a time); past that, RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_dataset_bytes, int64_t{4} << 30, "Largest dataset a training job loads, in bytes.");
 ABSL_FLAG(std::vector<std::string>, data_dir, {},
           "Directories (comma-separated) whose files training jobs may read by a relative local_path.");
@@ -84,6 +88,8 @@ traind::ServerOptions OptionsFromFlags() {
   options.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   options.checkpoint_every_seconds = absl::GetFlag(FLAGS_checkpoint_every_seconds);
   options.max_concurrent_jobs = absl::GetFlag(FLAGS_max_concurrent_jobs);
+  options.max_rpc_threads = absl::GetFlag(FLAGS_max_rpc_threads);
+  options.max_waiting_calls_per_session = absl::GetFlag(FLAGS_max_waiting_calls_per_session);
   options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_bytes);
   options.data_dirs = absl::GetFlag(FLAGS_data_dir);
   return options;

@@ -98,7 +98,31 @@ ServerMetrics::ServerMetrics(absl::string_view version, std::vector<std::string>
       build_info_(prometheus::BuildGauge()
                       .Name("traind_build_info")
                       .Help("Constant 1, labelled with traind's version and the gRPC library version.")
-                      .Register(*registry_)) {
+                      .Register(*registry_)),
+      train_steps_total_(prometheus::BuildCounter()
+                             .Name("traind_train_steps_total")
+                             .Help("Training steps served, by tenant and result (ok, or skipped: not finite).")
+                             .Register(*registry_)),
+      examples_total_(prometheus::BuildCounter()
+                          .Name("traind_examples_total")
+                          .Help("Examples trained on (the first dimension of each step's first input), by tenant.")
+                          .Register(*registry_)),
+      step_duration_seconds_(prometheus::BuildHistogram()
+                                 .Name("traind_step_duration_seconds")
+                                 .Help("Wall time of a training step, waiting for a compute thread included.")
+                                 .Register(*registry_)),
+      nonfinite_steps_total_(prometheus::BuildCounter()
+                                 .Name("traind_nonfinite_steps_total")
+                                 .Help("Training steps skipped because a loss or gradient was not finite.")
+                                 .Register(*registry_)),
+      checkpoint_save_duration_seconds_(prometheus::BuildHistogram()
+                                            .Name("traind_checkpoint_save_duration_seconds")
+                                            .Help("Time to write a checkpoint durably (serialize, write, fsync).")
+                                            .Register(*registry_)),
+      checkpoint_saves_total_(prometheus::BuildCounter()
+                                  .Name("traind_checkpoint_saves_total")
+                                  .Help("Checkpoints written, by result (ok, error).")
+                                  .Register(*registry_)) {
   build_info_.Add({{"version", std::string(version)}, {"grpc_version", grpc::Version()}}).Set(1);
 }
 
@@ -111,6 +135,21 @@ void ServerMetrics::RecordRpc(absl::string_view method, int code, double duratio
   const std::string method_label = MethodLabel(method);
   rpc_requests_total_.Add({{"method", method_label}, {"code", std::string(StatusCodeName(code))}}).Increment();
   rpc_duration_seconds_.Add({{"method", method_label}}, DurationBuckets()).Observe(duration_seconds);
+}
+
+std::string TenantLabel(absl::string_view tenant) { return tenant.empty() ? "default" : std::string(tenant); }
+
+void ServerMetrics::RecordTrainStep(absl::string_view tenant, int64_t examples, double seconds, bool skipped) {
+  const std::string label = TenantLabel(tenant);
+  train_steps_total_.Add({{"tenant", label}, {"result", skipped ? "skipped" : "ok"}}).Increment();
+  examples_total_.Add({{"tenant", label}}).Increment(static_cast<double>(examples));
+  step_duration_seconds_.Add({}, DurationBuckets()).Observe(seconds);
+  if (skipped) nonfinite_steps_total_.Add({{"tenant", label}}).Increment();
+}
+
+void ServerMetrics::RecordCheckpointSave(double seconds, bool ok) {
+  checkpoint_saves_total_.Add({{"result", ok ? "ok" : "error"}}).Increment();
+  if (ok) checkpoint_save_duration_seconds_.Add({}, DurationBuckets()).Observe(seconds);
 }
 
 std::string ServerMetrics::SerializeForTest() const {

@@ -35,6 +35,14 @@ class ServerMetrics {
   // `code` is a gRPC status code number (grpc::StatusCode). Thread-safe.
   void RecordRpc(absl::string_view method, int code, double duration_seconds);
 
+  // One training step of a session (a TrainStep, a job's step): traind_train_steps_total{tenant,result},
+  // traind_examples_total{tenant}, traind_step_duration_seconds, traind_nonfinite_steps_total{tenant}. `tenant`
+  // comes from the tenants file (a bounded set; "" is reported as "default"). Thread-safe.
+  void RecordTrainStep(absl::string_view tenant, int64_t examples, double seconds, bool skipped);
+  // One checkpoint written (automatic, on drain, or SaveCheckpoint): traind_checkpoint_save_duration_seconds and
+  // traind_checkpoint_saves_total{result}.
+  void RecordCheckpointSave(double seconds, bool ok);
+
   // The registry to expose; also holds the process collector's families via Exposer registration.
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
@@ -52,7 +60,21 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>& rpc_duration_seconds_;
   // Constant 1, labelled with the version and the gRPC version.
   prometheus::Family<prometheus::Gauge>& build_info_;
+  // Training steps served, by tenant and result ("ok", "skipped": a non-finite loss or gradient).
+  prometheus::Family<prometheus::Counter>& train_steps_total_;
+  // Examples (first dimension of a step's first input) trained on, by tenant.
+  prometheus::Family<prometheus::Counter>& examples_total_;
+  // Wall time of a training step in the core (queueing for a compute thread included).
+  prometheus::Family<prometheus::Histogram>& step_duration_seconds_;
+  // Steps skipped because a loss or gradient was not finite, by tenant.
+  prometheus::Family<prometheus::Counter>& nonfinite_steps_total_;
+  // Checkpoints written (serialize, write, fsync, rename), and how long each took.
+  prometheus::Family<prometheus::Histogram>& checkpoint_save_duration_seconds_;
+  prometheus::Family<prometheus::Counter>& checkpoint_saves_total_;
 };
+
+// The tenant label value: the tenant's name, "default" for the anonymous tenant.
+std::string TenantLabel(absl::string_view tenant);
 
 // The canonical upper-case name of a gRPC status code ("OK", "NOT_FOUND", ...); "UNKNOWN" for out-of-range values.
 absl::string_view StatusCodeName(int code);

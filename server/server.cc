@@ -74,6 +74,65 @@ absl::StatusOr<int> LockStateDir(const std::string& state_dir) {
   return fd;
 }
 
+// Gauges read from the core when Prometheus scrapes: sessions and stored bytes per tenant, jobs by tenant and state.
+// Tenant label values come from the tenants file (a bounded set), never from clients.
+class StateCollector : public prometheus::Collectable {
+ public:
+  StateCollector(const SessionManager* sessions, const JobManager* jobs, const TenantSpaces* spaces,
+                 const Tenants* tenants)
+      : sessions_(sessions), jobs_(jobs), spaces_(spaces), tenants_(tenants) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    auto family = [](const char* name, const char* help) {
+      prometheus::MetricFamily f;
+      f.name = name;
+      f.help = help;
+      f.type = prometheus::MetricType::Gauge;
+      return f;
+    };
+    auto sample = [](std::vector<prometheus::ClientMetric::Label> labels, double value) {
+      prometheus::ClientMetric metric;
+      metric.label = std::move(labels);
+      metric.gauge.value = value;
+      return metric;
+    };
+    std::vector<prometheus::MetricFamily> families;
+    const std::vector<TenantConfig> tenants = tenants_->List();
+    prometheus::MetricFamily sessions = family("traind_sessions", "Open training sessions, by tenant.");
+    const std::map<std::string, int64_t> by_tenant = sessions_->CountByTenant();
+    for (const TenantConfig& tenant : tenants) {
+      auto it = by_tenant.find(tenant.name);
+      sessions.metric.push_back(sample({{"tenant", TenantLabel(tenant.name)}}, it == by_tenant.end() ? 0 : it->second));
+    }
+    families.push_back(std::move(sessions));
+    prometheus::MetricFamily jobs = family("traind_jobs", "Training jobs known to the daemon, by tenant and state.");
+    const auto job_counts = jobs_->CountByState();
+    for (const TenantConfig& tenant : tenants) {
+      for (int state = v1::QUEUED; state <= v1::STOPPED_EARLY; ++state) {
+        auto it = job_counts.find({tenant.name, static_cast<v1::JobState>(state)});
+        std::string name = v1::JobState_Name(static_cast<v1::JobState>(state));
+        for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        jobs.metric.push_back(sample({{"tenant", TenantLabel(tenant.name)}, {"state", name}},
+                                     it == job_counts.end() ? 0 : it->second));
+      }
+    }
+    families.push_back(std::move(jobs));
+    prometheus::MetricFamily stored = family("traind_bytes_stored", "Bytes in the state directory, by tenant.");
+    for (const TenantConfig& tenant : tenants) {
+      stored.metric.push_back(sample({{"tenant", TenantLabel(tenant.name)}},
+                                     static_cast<double>(spaces_->StoredBytes(tenant.name))));
+    }
+    families.push_back(std::move(stored));
+    return families;
+  }
+
+ private:
+  const SessionManager* sessions_;
+  const JobManager* jobs_;
+  const TenantSpaces* spaces_;
+  const Tenants* tenants_;
+};
+
 // Brings back every session the state directory holds (a restart after a drain or a crash). A session that cannot
 // come back (its artifacts were deleted, a file is damaged) is reported and its files are left for an operator.
 void RestoreSessions(const SessionStore& store, TenantSpaces& spaces, SessionManager& sessions) {
@@ -136,6 +195,7 @@ struct TraindServer::State {
   int lock_fd = -1;
   std::unique_ptr<ServerMetrics> metrics;
   std::shared_ptr<ProcessCollector> process_collector;
+  std::shared_ptr<prometheus::Collectable> state_collector;
   std::unique_ptr<prometheus::Exposer> exposer;
   std::unique_ptr<Tenants> tenants;
   std::unique_ptr<TenantSpaces> spaces;
@@ -154,6 +214,8 @@ struct TraindServer::State {
   std::thread shutdown_thread;
 
   ~State() {
+    // The endpoint's collectors read the sessions and jobs: it goes first.
+    exposer.reset();
     if (shutdown_thread.joinable()) shutdown_thread.join();
     if (lock_fd >= 0) ::close(lock_fd);
   }
@@ -223,7 +285,12 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
       options.default_num_threads > 0
           ? options.default_num_threads
           : std::max(1, engine::ThreadPool::Default().num_threads() / options.max_concurrent_steps);
-  state->compute = std::make_unique<ComputePool>(options.max_concurrent_steps, options.max_queued_steps);
+  // Session calls are admitted (and refused at once) by the SessionManager, which never admits more than
+  // max_concurrent_steps + max_queued_steps; the pool's own bound leaves room beside them for session creations
+  // and the training jobs' steps.
+  state->compute = std::make_unique<ComputePool>(
+      options.max_concurrent_steps,
+      options.max_queued_steps * 2 + static_cast<int>(std::min<int64_t>(options.max_concurrent_jobs, 1 << 16)));
   SessionLimits session_limits;
   session_limits.max_sessions = options.max_sessions;
   session_limits.default_num_threads = default_threads;
@@ -231,9 +298,14 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
     return absl::InvalidArgumentError("--checkpoint_every_steps and --checkpoint_every_seconds must be >= 0");
   }
   session_limits.default_checkpoint_policy = {options.checkpoint_every_steps, options.checkpoint_every_seconds};
+  if (options.max_waiting_calls_per_session < 0) {
+    return absl::InvalidArgumentError("--max_waiting_calls_per_session must be >= 0");
+  }
+  session_limits.max_waiting_calls_per_session = options.max_waiting_calls_per_session;
+  session_limits.max_admitted_calls = options.max_concurrent_steps + options.max_queued_steps;
   state->session_store = std::make_unique<SessionStore>(state->options.state_dir);
-  state->sessions =
-      std::make_unique<SessionManager>(state->compute.get(), session_limits, state->session_store.get());
+  state->sessions = std::make_unique<SessionManager>(state->compute.get(), session_limits, state->session_store.get(),
+                                                     state->metrics.get());
   RestoreSessions(*state->session_store, *state->spaces, *state->sessions);
   JobLimits job_limits;
   job_limits.max_concurrent_jobs = options.max_concurrent_jobs;
@@ -241,6 +313,11 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
   job_limits.data_dirs = options.data_dirs;
   state->jobs = std::make_unique<JobManager>(state->sessions.get(), state->spaces.get(), job_limits);
   state->jobs->RestoreAll();
+  if (state->exposer != nullptr) {
+    state->state_collector = std::make_shared<StateCollector>(state->sessions.get(), state->jobs.get(),
+                                                              state->spaces.get(), state->tenants.get());
+    state->exposer->RegisterCollectable(state->state_collector);
+  }
   ServiceLimits service_limits;
   service_limits.max_message_bytes = options.max_message_bytes;
   service_limits.max_sessions = options.max_sessions;
@@ -257,6 +334,10 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
   int bound_grpc_port = 0;
   builder.AddListeningPort(options.grpc_address, *credentials, &bound_grpc_port);
   builder.RegisterService(state->service.get());
+  if (options.max_rpc_threads < 4) return absl::InvalidArgumentError("--max_rpc_threads must be >= 4");
+  grpc::ResourceQuota quota("traind");
+  quota.SetMaxThreads(options.max_rpc_threads);
+  builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;

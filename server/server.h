@@ -46,6 +46,11 @@ struct ServerOptions {
   // Training jobs: how many run at once, how large a dataset may be, and the directories whose files a job may
   // name (Dataset.local_path).
   int64_t max_concurrent_jobs = 4;
+  // Threads serving RPCs (each in-flight call holds one, streams included); past that, calls are refused with
+  // RESOURCE_EXHAUSTED instead of piling up.
+  int max_rpc_threads = 256;
+  // Calls that may wait for one session (its calls run one at a time); past that, RESOURCE_EXHAUSTED at once.
+  int max_waiting_calls_per_session = 8;
   int64_t max_dataset_bytes = int64_t{4} << 30;
   std::vector<std::string> data_dirs;
   // Written atomically, as JSON with the bound addresses and the pid, once the daemon serves.

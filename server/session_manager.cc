@@ -95,9 +95,10 @@ class SessionManager::Session {
   const std::string& id() const { return id_; }
   const std::string& tenant() const { return tenant_; }
 
-  // Serializes the calls on this session; `busy` shows while one runs.
+  // Serializes the calls on this session; `busy` shows while one runs; `waiting` counts calls queued for `mu`.
   absl::Mutex mu;
   std::atomic<bool> busy{false};
+  std::atomic<int> waiting{0};
   bool closed ABSL_GUARDED_BY(mu) = false;
   engine::CheckpointState state ABSL_GUARDED_BY(mu);  // stable address: the Module points at it
   std::unique_ptr<engine::Module> module ABSL_GUARDED_BY(mu);
@@ -172,13 +173,29 @@ class SessionManager::Session {
 // that waited for the lock while CloseSession ran finds the session closed: NOT_FOUND, as if it had come later.
 class SessionManager::Call {
  public:
-  explicit Call(std::shared_ptr<Session> session) : session_(std::move(session)) {
-    session_->mu.Lock();
-    session_->busy = true;
+  // Admission first (bounded, refused at once), then the session's lock.
+  static absl::StatusOr<std::unique_ptr<Call>> Enter(std::shared_ptr<Session> session, const Caller& caller,
+                                                     const SessionLimits& limits, std::atomic<int64_t>* admitted) {
+    if (!caller.bypass_admission && limits.max_admitted_calls > 0 &&
+        admitted->fetch_add(1) >= limits.max_admitted_calls) {
+      --*admitted;
+      return absl::ResourceExhaustedError(absl::StrCat("the daemon is busy: ", limits.max_admitted_calls,
+                                                       " calls are in progress or waiting; retry later"));
+    }
+    std::atomic<int64_t>* counted = caller.bypass_admission || limits.max_admitted_calls <= 0 ? nullptr : admitted;
+    if (session->waiting.fetch_add(1) >= limits.max_waiting_calls_per_session) {
+      --session->waiting;
+      if (counted != nullptr) --*counted;
+      return absl::ResourceExhaustedError(absl::StrCat("too many calls are waiting for session '", session->id(),
+                                                       "' (its calls run one at a time); retry later"));
+    }
+    return std::unique_ptr<Call>(new Call(std::move(session), counted));
   }
+
   ~Call() {
     session_->busy = false;
     session_->mu.Unlock();
+    if (admitted_ != nullptr) --*admitted_;
   }
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
@@ -191,11 +208,27 @@ class SessionManager::Call {
   Session& operator*() const { return *session_; }
 
  private:
+  Call(std::shared_ptr<Session> session, std::atomic<int64_t>* admitted)
+      : session_(std::move(session)), admitted_(admitted) {
+    session_->mu.Lock();
+    --session_->waiting;
+    session_->busy = true;
+  }
+
   std::shared_ptr<Session> session_;
+  std::atomic<int64_t>* admitted_;
 };
 
-SessionManager::SessionManager(ComputePool* compute, SessionLimits limits, const SessionStore* store)
-    : compute_(compute), limits_(limits), store_(store) {}
+SessionManager::SessionManager(ComputePool* compute, SessionLimits limits, const SessionStore* store,
+                               ServerMetrics* metrics)
+    : compute_(compute), limits_(limits), store_(store), metrics_(metrics) {}
+
+std::map<std::string, int64_t> SessionManager::CountByTenant() const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, int64_t> counts;
+  for (const auto& [id, session] : sessions_) ++counts[session->tenant()];
+  return counts;
+}
 SessionManager::~SessionManager() = default;
 
 int64_t SessionManager::size() const {
@@ -230,10 +263,17 @@ absl::StatusOr<std::shared_ptr<SessionManager::Session>> SessionManager::Find(co
 }
 
 // Every call on one session: find it, hold its call lock, refuse it if it was closed meanwhile.
-#define TRAIND_SESSION_CALL(call, session_id)                                  \
-  TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<Session> call##_session, Find(caller, session_id)); \
-  Call call(std::move(call##_session));                                      \
-  TRAIND_RETURN_IF_ERROR(call.status())
+absl::StatusOr<std::unique_ptr<SessionManager::Call>> SessionManager::Enter(const Caller& caller,
+                                                                            const std::string& session_id) {
+  TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Find(caller, session_id));
+  TRAIND_ASSIGN_OR_RETURN(std::unique_ptr<Call> call, Call::Enter(std::move(session), caller, limits_, &admitted_));
+  TRAIND_RETURN_IF_ERROR(call->status());
+  return call;
+}
+
+#define TRAIND_SESSION_CALL(call, session_id)                                                \
+  TRAIND_ASSIGN_OR_RETURN(std::unique_ptr<Call> call##_entered, Enter(caller, session_id)); \
+  Call& call = *call##_entered
 
 absl::StatusOr<SessionInfo> SessionManager::Create(const Caller& caller, SessionModels models,
                                                    const SessionSettings& settings) {
@@ -345,8 +385,10 @@ absl::Status SessionManager::WriteCheckpoint(Session& session) ABSL_NO_THREAD_SA
   for (const engine::Parameter& parameter : session.state.parameters) {
     if (!parameter.data.defined()) options.nominal = true;
   }
+  const absl::Time start = absl::Now();
   absl::StatusOr<std::string> bytes = engine::SerializeCheckpoint(session.state, options);
   absl::Status written = bytes.ok() ? store_->WriteCheckpoint(session.tenant(), session.id(), *bytes) : bytes.status();
+  if (metrics_ != nullptr) metrics_->RecordCheckpointSave(absl::ToDoubleSeconds(absl::Now() - start), written.ok());
   if (!written.ok()) {
     LogError("session checkpoint failed", {{"session", session.id()}, {"error", std::string(written.message())}});
     return written;
@@ -438,6 +480,7 @@ absl::StatusOr<TrainStepResult> SessionManager::TrainStep(const Caller& caller, 
   if (set_properties != nullptr) {
     for (const auto& [name, value] : *set_properties) session->state.properties[name] = value;
   }
+  const absl::Time start = absl::Now();
   TrainStepResult result;
   TRAIND_RETURN_IF_ERROR(compute_->Run(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
@@ -466,6 +509,11 @@ absl::StatusOr<TrainStepResult> SessionManager::TrainStep(const Caller& caller, 
       },
       caller.cancelled));
   result.optimizer_step = session->optimizer ? session->optimizer->GetStep() : 0;
+  if (metrics_ != nullptr) {
+    const Tensor& first = inputs.empty() ? Tensor() : inputs.front().second;
+    metrics_->RecordTrainStep(caller.tenant, first.rank() > 0 ? first.dim(0) : 1,
+                              absl::ToDoubleSeconds(absl::Now() - start), result.skipped);
+  }
   if (accumulate_only) {
     session->changed_since_checkpoint = true;
   } else {

@@ -11,6 +11,7 @@
 #ifndef TRAIND_SERVER_SESSION_MANAGER_H_
 #define TRAIND_SERVER_SESSION_MANAGER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -27,6 +28,7 @@
 #include "engine/training/lr_scheduler.h"
 #include "server/artifact_store.h"
 #include "server/compute_pool.h"
+#include "server/metrics.h"
 #include "server/session_store.h"
 
 namespace traind {
@@ -40,6 +42,8 @@ struct Caller {
   std::string tenant;
   CancelledFn cancelled;
   int64_t tenant_max_sessions = 0;  // the tenant's quota; 0: none
+  // A training job's own calls: bounded by the job limit, they are never refused for want of room.
+  bool bypass_admission = false;
 };
 
 struct SessionSettings {
@@ -140,12 +144,22 @@ struct SessionLimits {
   int default_num_threads = 1;
   int max_num_threads = 64;
   CheckpointPolicy default_checkpoint_policy;
+  // Calls that may wait for one session's lock (its calls run one at a time); past that, RESOURCE_EXHAUSTED at once.
+  int max_waiting_calls_per_session = 8;
+  // Calls on sessions in the daemon at once (running, waiting for a compute thread or for their session), all
+  // sessions together; past that, RESOURCE_EXHAUSTED at once. 0: no limit. A call admitted is never refused later
+  // for want of room, so refusals are immediate.
+  int64_t max_admitted_calls = 0;
 };
 
 class SessionManager {
  public:
-  // `compute` (and `store`, which may be null: nothing is persisted) must outlive the manager.
-  SessionManager(ComputePool* compute, SessionLimits limits, const SessionStore* store = nullptr);
+  // `compute` (and `store`, which may be null: nothing is persisted, and `metrics`, which may be null) must
+  // outlive the manager.
+  SessionManager(ComputePool* compute, SessionLimits limits, const SessionStore* store = nullptr,
+                 ServerMetrics* metrics = nullptr);
+  // Sessions per tenant (for the traind_sessions gauge).
+  std::map<std::string, int64_t> CountByTenant() const;
   ~SessionManager();
   SessionManager(const SessionManager&) = delete;
   SessionManager& operator=(const SessionManager&) = delete;
@@ -217,6 +231,8 @@ class SessionManager {
   class Session;
   class Call;
   absl::StatusOr<std::shared_ptr<Session>> Find(const Caller& caller, const std::string& session_id) const;
+  // Admission (bounded, refused at once), then the session's lock: every call on a session starts here.
+  absl::StatusOr<std::unique_ptr<Call>> Enter(const Caller& caller, const std::string& session_id);
   // Compiles the session's models over `session->state` and registers it; with `persist`, writes its record
   // and first checkpoint before registering it.
   absl::StatusOr<SessionInfo> Open(std::shared_ptr<Session> session, SessionModels models, const CancelledFn& cancelled,
@@ -228,7 +244,9 @@ class SessionManager {
 
   ComputePool* compute_;
   const SessionLimits limits_;
+  std::atomic<int64_t> admitted_{0};
   const SessionStore* store_;
+  ServerMetrics* metrics_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t creating_ ABSL_GUARDED_BY(mu_) = 0;  // sessions being compiled, counted against max_sessions

@@ -166,6 +166,44 @@ absl::StatusOr<int> DaemonProcess::SignalAndWait(int signal, absl::Duration time
   return exit_code;
 }
 
+std::unique_ptr<ChildProcess> ChildProcess::Start(const std::string& binary, const std::vector<std::string>& args) {
+  std::unique_ptr<ChildProcess> child(new ChildProcess());
+  child->log_path_ = MakeTempDir("child") + "/output.txt";
+  child->pid_ = Spawn(binary, args, child->log_path_);
+  return child;
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+  }
+}
+
+bool ChildProcess::running() const {
+  int status = 0;
+  return pid_ > 0 && waitpid(pid_, &status, WNOHANG) == 0;
+}
+
+std::string ChildProcess::Log() const { return ReadFile(log_path_); }
+
+int FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
 ExitResult RunToExit(const std::string& binary, const std::vector<std::string>& args, absl::Duration timeout) {
   const std::string output_path = MakeTempDir("run") + "/output.txt";
   const pid_t pid = Spawn(binary, args, output_path);

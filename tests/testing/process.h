@@ -57,6 +57,24 @@ ExitResult RunToExit(const std::string& binary, const std::vector<std::string>& 
 // GET http://<address><path> with HTTP/1.0; returns the body when the status is 200.
 absl::StatusOr<std::string> HttpGet(const std::string& address, const std::string& path);
 
+// Any other program the tests run beside the daemon (a Prometheus server). Destroying it kills the process.
+class ChildProcess {
+ public:
+  static std::unique_ptr<ChildProcess> Start(const std::string& binary, const std::vector<std::string>& args);
+  ~ChildProcess();
+  pid_t pid() const { return pid_; }
+  bool running() const;
+  std::string Log() const;
+
+ private:
+  ChildProcess() = default;
+  pid_t pid_ = -1;
+  std::string log_path_;
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago (for programs that cannot be given port 0).
+int FreeLoopbackPort();
+
 }  // namespace traind::testing
 
 #endif  // TRAIND_TESTS_TESTING_PROCESS_H_
