@@ -15,7 +15,7 @@ import grpc
 import numpy as np
 
 import traind_client
-from traind_client import _errors, v1
+from traind_client import _client, _errors, v1
 from traind_client._proto import training_service_pb2_grpc as pb_grpc
 
 CODES = [code for code in grpc.StatusCode if code is not grpc.StatusCode.OK]
@@ -230,6 +230,12 @@ class ClientErrorsTest(unittest.TestCase):
         result = self.client.get_parameters("s", ["w"], include_gradients=True)
         np.testing.assert_array_equal(result.parameters["w"], [2.0])
         self.assertIsNone(result.gradients["w"])
+
+    def test_dict_specs_take_raw_bytes(self):
+        loss = _client._message({"custom": {"graph": {"onnx_bytes": b"\x08\x07raw"}, "target_names": ["t"]}},
+                                v1.LossSpec, "loss")
+        self.assertEqual(loss.custom.graph.onnx_bytes, b"\x08\x07raw")
+        self.assertEqual(list(loss.custom.target_names), ["t"])
 
     def test_arguments_are_checked_before_anything_is_sent(self):
         with self.assertRaises(ValueError):

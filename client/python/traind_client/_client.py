@@ -6,6 +6,7 @@ argument), carries the bearer token when one is set, and raises a TraindError su
 (traind_client.v1); results with tensors are the small classes below, with numpy arrays.
 """
 
+import base64
 import dataclasses
 import hashlib
 import os
@@ -70,15 +71,28 @@ class TrainStreamResult:
     step: TrainStepResult
 
 
+def _json_ready(value):
+    """`value` with raw bytes base64-encoded, as protobuf's JSON form writes bytes fields (ParseDict would
+    otherwise base64-decode raw bytes into garbage)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, dict):
+        return {key: _json_ready(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(item) for item in value]
+    return value
+
+
 def _message(value, message_type, what):
-    """A `message_type` from an instance of it or a dict in its JSON form (e.g. {"adamw": {"lr": 0.01}})."""
+    """A `message_type` from an instance of it or a dict in its JSON form (e.g. {"adamw": {"lr": 0.01}}; bytes
+    fields may hold raw bytes)."""
     if value is None:
         return None
     if isinstance(value, message_type):
         return value
     if isinstance(value, dict):
         try:
-            return json_format.ParseDict(value, message_type())
+            return json_format.ParseDict(_json_ready(value), message_type())
         except json_format.ParseError as error:
             raise ValueError(f"{what}: {error}") from None
     raise TypeError(f"{what} must be a {message_type.DESCRIPTOR.full_name} or a dict, got {type(value).__name__}")
