@@ -13,7 +13,7 @@ BUILD_PACKAGES=(
 # Tests, golden-data generators, the Python client and cross-checks.
 TEST_PACKAGES=(
   libonnx-testdata python3-torch python3-onnx python3-numpy python3-grpcio python3-protobuf curl
-  prometheus
+  python3-venv python3-pip python3-setuptools python3-wheel python3-sklearn prometheus
 )
 
 missing=()

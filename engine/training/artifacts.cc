@@ -481,7 +481,11 @@ absl::Status ArrangeInputs(onnx::GraphProto* graph, const onnx::GraphProto& forw
   for (const auto& input : forward.input()) {
     if (!forward_initializers.contains(input.name())) order.push_back(input.name());
   }
-  for (const LossTerm& term : options.loss) order.push_back(term.target);
+  for (const LossTerm& term : options.loss) {
+    // A loss graph may declare no target (it reads model outputs only) or several (target, then extra_targets).
+    if (!term.target.empty()) order.push_back(term.target);
+    order.insert(order.end(), term.extra_targets.begin(), term.extra_targets.end());
+  }
   for (const onnx::TensorProto* parameter : parameters.all) order.push_back(parameter->name());
   graph->clear_input();
   absl::flat_hash_set<std::string> placed;

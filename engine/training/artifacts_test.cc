@@ -333,6 +333,70 @@ TEST(GenerateArtifactsTest, RequiresGradSelectsTrainableParametersInCheckpointOr
                                       GradientAccumulationOutputName("fc2.bias")}));
 }
 
+// A user loss graph over the mlp's logits [5, 4] with `targets` (each typed like the logits):
+// mean(logits) + sum over targets of mean((logits - target)^2).
+onnx::ModelProto LossGraphWithTargets(const std::vector<std::string>& targets) {
+  onnx::ModelProto loss;
+  loss.set_ir_version(8);
+  loss.add_opset_import()->set_version(17);
+  onnx::GraphProto* graph = loss.mutable_graph();
+  graph->set_name("user_loss");
+  auto add_info = [](google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* field, const std::string& name,
+                     std::vector<int64_t> dims) {
+    onnx::ValueInfoProto* info = field->Add();
+    info->set_name(name);
+    info->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    auto* shape = info->mutable_type()->mutable_tensor_type()->mutable_shape();
+    for (int64_t dim : dims) shape->add_dim()->set_dim_value(dim);
+  };
+  auto add_node = [graph](const std::string& op, std::vector<std::string> inputs, const std::string& output) {
+    onnx::NodeProto* node = graph->add_node();
+    node->set_op_type(op);
+    for (const std::string& input : inputs) node->add_input(input);
+    node->add_output(output);
+    if (op == "ReduceMean") {
+      onnx::AttributeProto* keepdims = node->add_attribute();
+      keepdims->set_name("keepdims");
+      keepdims->set_type(onnx::AttributeProto::INT);
+      keepdims->set_i(0);
+    }
+  };
+  add_info(graph->mutable_input(), "logits", {5, 4});
+  add_node("ReduceMean", {"logits"}, "total_0");
+  for (size_t t = 0; t < targets.size(); ++t) {
+    const std::string i = std::to_string(t);
+    add_info(graph->mutable_input(), targets[t], {5, 4});
+    add_node("Sub", {"logits", targets[t]}, "difference_" + i);
+    add_node("Mul", {"difference_" + i, "difference_" + i}, "square_" + i);
+    add_node("ReduceMean", {"square_" + i}, "mse_" + i);
+    add_node("Add", {"total_" + i, "mse_" + i}, "total_" + std::to_string(t + 1));
+  }
+  add_info(graph->mutable_output(), "total_" + std::to_string(targets.size()), {});
+  return loss;
+}
+
+TEST(GenerateArtifactsTest, LossGraphTargetsBecomeTrainingInputsInOrder) {
+  auto forward = LoadModelFromFile(GoldenDir() + "/mlp/model.onnx");
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  // No target (the loss reads model outputs only), one, and several (`target`, then `extra_targets`).
+  const std::vector<std::vector<std::string>> cases = {{}, {"t1"}, {"t1", "t2", "t0"}};
+  for (const std::vector<std::string>& targets : cases) {
+    LossTerm term(LossKind::kOnnxGraph, "", targets.empty() ? "" : targets.front());
+    term.graph = LossGraphWithTargets(targets);
+    if (!targets.empty()) term.extra_targets.assign(targets.begin() + 1, targets.end());
+    ArtifactOptions options;
+    options.loss = {term};
+    auto artifacts = GenerateArtifacts(*forward, options);
+    ASSERT_TRUE(artifacts.ok()) << targets.size() << " targets: " << artifacts.status();
+    for (const onnx::ModelProto* model : {&artifacts->training_model, &artifacts->eval_model}) {
+      const std::vector<std::string> inputs = InputNames(*model);
+      std::vector<std::string> expected = {"input"};
+      expected.insert(expected.end(), targets.begin(), targets.end());
+      EXPECT_EQ(std::vector<std::string>(inputs.begin(), inputs.begin() + expected.size()), expected);
+    }
+  }
+}
+
 // ---- Optimizer models ----
 
 // A forward model whose float parameters are `shapes` (named `names`): out_i = x_i * p_i, loss = sum of MSEs. Its
