@@ -208,7 +208,7 @@ int Main() {
   work.batch.emplace_back("target", (*targets)[0].second);
   work.cross_entropy = absl::GetFlag(FLAGS_loss) != "mse";
 
-  // In process: the artifacts the daemon makes for the same request (ONNX Runtime's AdamW defaults).
+  // In process: the artifacts the daemon makes for the same request (torch.optim.AdamW's defaults).
   engine::ArtifactOptions options;
   engine::LossTerm term(work.cross_entropy ? engine::LossKind::kCrossEntropy : engine::LossKind::kMeanSquaredError,
                         forward->graph().output(0).name(), "target");

@@ -26,6 +26,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const ConnectionOptions& 
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   arguments.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  arguments.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 1 << 20);
+  arguments.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
+  arguments.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
   const bool tls = !options.tls_ca_path.empty() || !options.tls_cert_path.empty() ||
                    !options.tls_key_path.empty() || !options.tls_server_name.empty();
   if (!tls) return grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), arguments);

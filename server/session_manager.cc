@@ -596,6 +596,14 @@ absl::StatusOr<LearningRateInfo> SessionManager::SetScheduler(const Caller& call
       return absl::InvalidArgumentError(absl::StrCat("initial_learning_rate must be finite and >= 0, got ", rate));
     }
   }
+  // Both kinds start at once: the rate becomes the schedule's at the current step (ONNX Runtime's
+  // LinearLRScheduler applies it in its constructor). Computed before anything changes.
+  std::optional<float> manual_rate;
+  if (request.scheduler && request.manual_step) {
+    TRAIND_ASSIGN_OR_RETURN(manual_rate, request.scheduler->LearningRate(optimizer.GetStep(),
+                                                                        request.initial_learning_rate.value_or(
+                                                                            optimizer.GetInitialLearningRate())));
+  }
   // Validated above; from here on nothing fails but an allocation of the optimizer state.
   if (request.initial_learning_rate) {
     TRAIND_RETURN_IF_ERROR(optimizer.SetInitialLearningRate(*request.initial_learning_rate));
@@ -604,6 +612,7 @@ absl::StatusOr<LearningRateInfo> SessionManager::SetScheduler(const Caller& call
   optimizer.ClearScheduler();
   if (request.scheduler && request.manual_step) {
     session->manual_scheduler = *request.scheduler;
+    TRAIND_RETURN_IF_ERROR(optimizer.SetLearningRate(*manual_rate));
   } else if (request.scheduler) {
     TRAIND_RETURN_IF_ERROR(optimizer.SetScheduler(*request.scheduler));
   }
@@ -659,6 +668,7 @@ absl::StatusOr<SessionInfo> SessionManager::LoadCheckpoint(const Caller& caller,
   session->changed_since_checkpoint = true;
   session->RefreshSnapshot();
   SessionInfo info = session->Snapshot();
+  info.busy = false;  // taken while this very call holds the session; it is idle once the answer leaves
   return info;
 }
 

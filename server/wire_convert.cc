@@ -271,7 +271,7 @@ absl::Status OptimizerFromWire(const v1::OptimizerSpec& spec, engine::ArtifactOp
     }
     case v1::OptimizerSpec::kAdamw:
     case v1::OptimizerSpec::KIND_NOT_SET: {
-      // ONNX Runtime's defaults (its AdamW optimizer model): lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 1e-2.
+      // torch.optim.AdamW's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 1e-2.
       const v1::AdamWOptions& adamw = spec.adamw();
       optimizer.kind = engine::OptimizerKind::kAdamW;
       options->initial_learning_rate = adamw.has_lr() ? adamw.lr() : 1e-3f;

@@ -71,7 +71,7 @@ enum class OptimizerKind { kAdamW, kSgd };
 
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::kAdamW;
-  // AdamW (ONNX Runtime's defaults: torch.optim.AdamW's betas/eps, weight_decay 1e-2, bias correction on).
+  // AdamW (torch.optim.AdamW's defaults: betas, eps, weight_decay 1e-2, bias correction on).
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float eps = 1e-8f;

@@ -438,6 +438,7 @@ TEST(CheckpointTest, SaveCloseCreateFromTheCheckpointAndContinueEqualsUninterrup
   v1::LoadCheckpointResponse loaded;
   ASSERT_GRPC_OK(Call(stub, &Stub::LoadCheckpoint, load, &loaded));
   EXPECT_EQ(loaded.session().optimizer_step(), 3);
+  EXPECT_EQ(loaded.session().state(), v1::READY) << "the answer describes the session after the load, idle";
   for (int step = 3; step < 6; ++step) RemoteStep(stub, live.session_id(), Scaled(batch, 1.0f + 0.1f * step));
   EXPECT_TRUE(Observe(stub, live.session_id()) == uninterrupted);
 }
@@ -500,18 +501,20 @@ TEST(UploadedArtifactsTest, ASessionFromUploadedFilesTrainsLikeOneFromTheArtifac
   schedule.set_manual_step(true);
   v1::SetSchedulerResponse scheduled;
   ASSERT_GRPC_OK(Call(stub, &Stub::SetScheduler, schedule, &scheduled));
-  EXPECT_EQ(scheduled.learning_rate().learning_rate(), 0.1f);
-  v1::SchedulerStepRequest scheduler_step;
-  scheduler_step.set_session_id(uploaded.session_id());
-  v1::LearningRate rate;
-  ASSERT_GRPC_OK(Call(stub, &Stub::SchedulerStep, scheduler_step, &rate));
-  EXPECT_EQ(rate.optimizer_step(), 3);
-  EXPECT_FLOAT_EQ(rate.learning_rate(), 0.1f * 7.0f / 8.0f);  // (10 - 3) / (10 - 2)
+  // Applied at once at the current step, 3 (as ONNX Runtime's LinearLRScheduler constructor does).
+  EXPECT_FLOAT_EQ(scheduled.learning_rate().learning_rate(), 0.1f * 7.0f / 8.0f);  // (10 - 3) / (10 - 2)
   RemoteStep(stub, uploaded.session_id(), batch);
+  v1::LearningRate rate;
   v1::GetLearningRateRequest get_rate;
   get_rate.set_session_id(uploaded.session_id());
   ASSERT_GRPC_OK(Call(stub, &Stub::GetLearningRate, get_rate, &rate));
+  EXPECT_EQ(rate.optimizer_step(), 4);
   EXPECT_FLOAT_EQ(rate.learning_rate(), 0.1f * 7.0f / 8.0f);  // unchanged by the optimizer step
+  v1::SchedulerStepRequest scheduler_step;
+  scheduler_step.set_session_id(uploaded.session_id());
+  ASSERT_GRPC_OK(Call(stub, &Stub::SchedulerStep, scheduler_step, &rate));
+  EXPECT_EQ(rate.optimizer_step(), 4);
+  EXPECT_FLOAT_EQ(rate.learning_rate(), 0.1f * 6.0f / 8.0f);
   v1::SetLearningRateRequest set_rate;
   set_rate.set_session_id(uploaded.session_id());
   set_rate.set_learning_rate(0.25f);

@@ -153,7 +153,8 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(self.client.get_learning_rate(sid).optimizer_step, 2)
         rate = self.client.set_scheduler(sid, {"linear_warmup_decay": {"warmup_steps": 4, "total_steps": 8}},
                                          initial_learning_rate=0.2, manual_step=True)
-        self.assertAlmostEqual(rate.learning_rate, 0.2)  # the initial rate is also the current one, as in ORT
+        self.assertAlmostEqual(rate.learning_rate, 0.2 * 2 / 4)  # applied at once at step 2 of the warm-up, as in ORT
+        self.client.set_learning_rate(sid, 0.5)
         self.assertAlmostEqual(self.client.scheduler_step(sid).learning_rate, 0.2 * 2 / 4)
         info = self.client.get_session(sid)
         self.assertEqual((info.display_name, info.train_steps, info.optimizer_step), ("mlp", 2, 2))

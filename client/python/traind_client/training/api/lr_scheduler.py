@@ -15,7 +15,7 @@ class LinearLRScheduler:
             optimizer._session_id(),
             {"linear_warmup_decay": {"warmup_steps": int(warmup_step_count), "total_steps": int(total_step_count)}},
             initial_learning_rate=float(initial_lr), manual_step=True)
-        self.step()  # ONNX Runtime's constructor applies the schedule at the current step count at once
+        # The daemon applies the schedule at the current step count at once, as ONNX Runtime's constructor does.
 
     def step(self):
         """Sets the learning rate for the optimizer's current step count."""
