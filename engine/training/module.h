@@ -28,6 +28,7 @@
 #define TRAIND_ENGINE_TRAINING_MODULE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,22 @@ struct ModuleOptions {
   // Non-zero: Dropout masks (without a seed attribute) repeat exactly for every Module made with this seed and
   // driven through the same calls; 0: fresh random masks.
   uint64_t random_seed = 0;
+};
+
+// What Module::Forward keeps for the backward pass of artifacts without a loss (artifacts.h).
+struct ForwardPass {
+  NamedTensors outputs;                   // every output of the forward model, in its order
+  std::vector<Tensor> saved;              // what the backward part reads (ForwardBackwardSplit::saved order)
+  std::vector<Tensor> running_statistics;  // the BatchNormalization statistics PyTorch's train-mode forward leaves
+  bool finite = true;                     // every output and statistic is finite
+  // Bytes held by `saved` (caller inputs included: the pass keeps them alive).
+  int64_t SavedBytes() const;
+};
+
+// What Module::Backward returns.
+struct BackwardResult {
+  NamedTensors input_gradients;      // the requested ones, in request order
+  NamedTensors parameter_gradients;  // this pass's gradients of the trainable parameters (checkpoint order), when asked
 };
 
 class Module {
@@ -83,6 +100,38 @@ class Module {
   absl::StatusOr<NamedTensors> TrainStep(const NamedTensors& inputs);
   // Forward only, BatchNormalization with running statistics and no Dropout; changes nothing.
   absl::StatusOr<NamedTensors> EvalStep(const NamedTensors& inputs) const;
+
+  // ---- Artifacts without a loss: the forward/backward style (artifacts.h, forward_backward.h) ----
+  // Whether the training model has a loss (TrainStep and EvalStep need one; Forward(training) and Backward need
+  // artifacts without one).
+  bool has_loss() const { return !no_loss_; }
+  // The forward model's inputs and outputs, the outputs Backward takes gradients of, and the inputs it can return
+  // gradients of (artifacts without a loss; empty otherwise but ForwardOutputNames, the eval model's outputs).
+  const std::vector<std::string>& ForwardInputNames() const { return forward_inputs_; }
+  const std::vector<std::string>& ForwardOutputNames() const { return forward_outputs_; }
+  const std::vector<std::string>& DifferentiatedOutputNames() const { return differentiated_outputs_; }
+  const std::vector<std::string>& InputGradientNames() const { return input_gradient_names_; }
+  // The training-mode forward pass (BatchNormalization with batch statistics, Dropout on), keeping what Backward
+  // needs. Changes nothing: ApplyRunningStatistics makes its side effect on the running statistics. Errors as
+  // TrainStep's; FailedPrecondition for artifacts with a loss.
+  absl::StatusOr<ForwardPass> Forward(const NamedTensors& inputs) const;
+  // Writes the pass's running statistics into their parameters, as PyTorch's train-mode forward does (unless a
+  // value of the pass is not finite).
+  void ApplyRunningStatistics(const ForwardPass& pass);
+  // The backward pass of `pass`, which must come from this Module with the parameters unchanged since (the caller
+  // checks: Backward reads the parameters again). `output_gradients` holds the gradients of differentiated outputs
+  // (each exactly of its output's shape and dtype in `pass`; a missing one is zero). Returns the gradients of
+  // `input_gradients` (names from InputGradientNames()), and with `return_parameter_gradients` this pass's
+  // parameter gradients; accumulates the parameters' gradients exactly as TrainStep does (so Optimizer::Step and
+  // LazyResetGrad apply as usual). InvalidArgument for unknown, repeated or misshapen gradients and unknown input
+  // names; nothing changes on error.
+  absl::StatusOr<BackwardResult> Backward(const ForwardPass& pass, const NamedTensors& output_gradients,
+                                          const std::vector<std::string>& input_gradients,
+                                          bool return_parameter_gradients);
+  // Inference (model.eval() semantics): the eval model restricted to `outputs` (empty: DefaultInferenceOutputs()),
+  // so that only the inputs those outputs read are needed (no loss targets). Changes nothing but a cache of compiled
+  // variants. InvalidArgument for unknown outputs or inputs; FailedPrecondition without an eval model.
+  absl::StatusOr<NamedTensors> Infer(const NamedTensors& inputs, const std::vector<std::string>& outputs);
   // The next TrainStep overwrites the gradients instead of adding to them (ONNX Runtime's lazy reset: nothing is
   // zeroed now).
   void LazyResetGrad();
@@ -147,6 +196,8 @@ class Module {
     enum class Source { kUser, kParameter, kGradientBuffer, kLazyReset } source;
     int index = 0;  // user input or parameter index
   };
+  // What a compiled model is for: which inputs and outputs it has besides the caller's (see CompileModel).
+  enum class Role { kTrain, kEval, kForwardPart, kBackwardPart, kInference };
   // A user input holding class ids of a CrossEntropy loss (kClassTargetMetadataPrefix in loss.h).
   struct ClassTarget {
     int user_input = 0;
@@ -161,11 +212,19 @@ class Module {
     std::vector<std::string> user_inputs;
     std::vector<std::string> user_outputs;
     std::vector<int> user_output_indices;  // plan output index per user output
+    // Output index -> parameter index, for the accumulated gradients and running statistics.
+    std::vector<std::pair<int, int>> gradient_outputs;
+    std::vector<std::pair<int, int>> running_statistic_outputs;
   };
 
   Module(CheckpointState* state, const ModuleOptions& options);
   absl::Status Initialize(const onnx::ModelProto& training_model, const onnx::ModelProto* eval_model);
-  absl::Status CompileModel(onnx::ModelProto model, bool training, CompiledModel& compiled);
+  absl::Status CompileModel(onnx::ModelProto model, Role role, CompiledModel& compiled);
+  // Artifacts without a loss: reads the metadata, splits the training model and compiles its forward part.
+  absl::Status InitializeForwardBackward(const onnx::ModelProto& training_model);
+  // The backward part returning the input gradients flagged in `wanted` (InputGradientNames() order), compiled
+  // on first use.
+  absl::StatusOr<const CompiledModel*> BackwardPart(const std::vector<bool>& wanted);
   // The plan inputs of `compiled`, in order: the caller's (checked by name, dtype and shape), the parameters,
   // the gradient buffers and the reset flag.
   absl::StatusOr<std::vector<Tensor>> Feeds(const CompiledModel& compiled, const NamedTensors& inputs,
@@ -183,9 +242,18 @@ class Module {
   std::vector<std::string> trainable_names_;
   CompiledModel train_;
   CompiledModel eval_;
-  // Training-model output index -> parameter index, for the accumulated gradients and running statistics.
-  std::vector<std::pair<int, int>> gradient_outputs_;
-  std::vector<std::pair<int, int>> running_statistic_outputs_;
+  // Artifacts without a loss.
+  bool no_loss_ = false;
+  std::vector<std::string> forward_inputs_;
+  std::vector<std::string> forward_outputs_;
+  std::vector<std::string> differentiated_outputs_;
+  std::vector<std::string> input_gradient_names_;
+  CompiledModel forward_part_;
+  onnx::ModelProto backward_part_model_;
+  std::vector<std::string> saved_names_;     // ForwardBackwardSplit::saved
+  std::vector<int> saved_sources_;           // per saved value: forward-part output index, or -1 - caller input index
+  std::map<std::vector<bool>, std::unique_ptr<CompiledModel>> backward_parts_;  // by wanted input gradients
+  std::map<std::vector<std::string>, std::unique_ptr<CompiledModel>> inference_models_;  // by outputs
 };
 
 // What Optimizer::Step returns.
