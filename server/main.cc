@@ -58,6 +58,13 @@ ABSL_FLAG(int, max_rpc_threads, 256,
 ABSL_FLAG(int, max_waiting_calls_per_session, 8,
           "Calls that may wait for one session (its calls run one at a time); past that, RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_dataset_bytes, int64_t{4} << 30, "Largest dataset a training job loads, in bytes.");
+ABSL_FLAG(int, max_forward_handles_per_session, 64,
+          "Forward handles (training-mode passes awaiting Backward) a session may hold; past that, Forward gets "
+          "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_forward_bytes_per_session, int64_t{1} << 30,
+          "Bytes the forward handles of one session may keep for their backward passes.");
+ABSL_FLAG(absl::Duration, forward_handle_ttl, absl::Minutes(10),
+          "How long a forward handle waits for its Backward before it expires.");
 ABSL_FLAG(std::vector<std::string>, data_dir, {},
           "Directories (comma-separated) whose files training jobs may read by a relative local_path.");
 ABSL_FLAG(std::string, ready_file, "",
@@ -91,6 +98,9 @@ traind::ServerOptions OptionsFromFlags() {
   options.max_rpc_threads = absl::GetFlag(FLAGS_max_rpc_threads);
   options.max_waiting_calls_per_session = absl::GetFlag(FLAGS_max_waiting_calls_per_session);
   options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_bytes);
+  options.max_forward_handles_per_session = absl::GetFlag(FLAGS_max_forward_handles_per_session);
+  options.max_forward_bytes_per_session = absl::GetFlag(FLAGS_max_forward_bytes_per_session);
+  options.forward_handle_ttl = absl::GetFlag(FLAGS_forward_handle_ttl);
   options.data_dirs = absl::GetFlag(FLAGS_data_dir);
   return options;
 }

@@ -103,7 +103,15 @@ v1::LearningRate LearningRateToWire(const LearningRateInfo& info) {
   v1::LearningRate wire;
   wire.set_learning_rate(info.learning_rate);
   wire.set_optimizer_step(info.optimizer_step);
+  wire.set_evaluations_without_improvement(info.evaluations_without_improvement);
+  wire.set_stalled(info.stalled);
   return wire;
+}
+
+absl::Status NamedTensorsToWire(const engine::NamedTensors& tensors,
+                                google::protobuf::RepeatedPtrField<v1::Tensor>* wire) {
+  for (const auto& [name, tensor] : tensors) TRAIND_RETURN_IF_ERROR(TensorToWire(name, tensor, wire->Add()));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -413,8 +421,16 @@ absl::Status TrainingServiceImpl::Step(const Call& call, const v1::TrainStepRequ
   TRAIND_ASSIGN_OR_RETURN(engine::NamedTensors inputs,
                           NamedTensorsFromWire(request.inputs(), limits_.max_message_bytes, "inputs", "input"));
   const std::vector<std::string> fetch(request.fetch_outputs().begin(), request.fetch_outputs().end());
-  TRAIND_ASSIGN_OR_RETURN(TrainStepResult result, sessions_->TrainStep(call.caller, request.session_id(), inputs,
-                                                                       request.accumulate_only(), fetch));
+  if (request.examples_per_step() < 0) return absl::InvalidArgumentError("examples_per_step must be >= 0");
+  if (request.examples_per_step() > 0 && !fetch.empty()) {
+    return absl::InvalidArgumentError("fetch_outputs cannot be combined with examples_per_step");
+  }
+  TRAIND_ASSIGN_OR_RETURN(TrainStepResult result,
+                          request.examples_per_step() > 0
+                              ? sessions_->TrainSteps(call.caller, request.session_id(), inputs,
+                                                      request.examples_per_step(), request.accumulate_only())
+                              : sessions_->TrainStep(call.caller, request.session_id(), inputs,
+                                                     request.accumulate_only(), fetch));
   response->set_loss(result.loss);
   for (const auto& [name, tensor] : result.outputs) {
     TRAIND_RETURN_IF_ERROR(TensorToWire(name, tensor, response->add_outputs()));
@@ -423,6 +439,8 @@ absl::Status TrainingServiceImpl::Step(const Call& call, const v1::TrainStepRequ
   response->set_learning_rate(result.learning_rate);
   response->set_skipped(result.skipped);
   response->set_skip_reason(result.skip_reason);
+  response->mutable_step_losses()->Assign(result.step_losses.begin(), result.step_losses.end());
+  response->set_skipped_steps(result.skipped_steps);
   return absl::OkStatus();
 }
 
@@ -535,9 +553,59 @@ grpc::Status TrainingServiceImpl::SetScheduler(Context* context, const v1::SetSc
 grpc::Status TrainingServiceImpl::SchedulerStep(Context* context, const v1::SchedulerStepRequest* request,
                                                 v1::LearningRate* response) {
   TRAIND_AUTHORIZE(call);
-  absl::StatusOr<LearningRateInfo> rate = sessions_->SchedulerStep(call.caller, request->session_id());
+  std::optional<double> metric;
+  if (request->has_metric()) metric = request->metric();
+  absl::StatusOr<LearningRateInfo> rate = sessions_->SchedulerStep(call.caller, request->session_id(), metric);
   if (!rate.ok()) return Fail(context, rate.status());
   *response = LearningRateToWire(*rate);
+  return grpc::Status::OK;
+}
+
+// ---- Forward / backward ----
+
+grpc::Status TrainingServiceImpl::Forward(Context* context, const v1::ForwardRequest* request,
+                                          v1::ForwardResponse* response) {
+  TRAIND_AUTHORIZE(call);
+  absl::StatusOr<engine::NamedTensors> inputs =
+      NamedTensorsFromWire(request->inputs(), limits_.max_message_bytes, "inputs", "input");
+  if (!inputs.ok()) return Fail(context, inputs.status());
+  const std::vector<std::string> fetch(request->fetch_outputs().begin(), request->fetch_outputs().end());
+  absl::StatusOr<ForwardResult> result =
+      sessions_->Forward(call.caller, request->session_id(), *inputs, request->training(), fetch);
+  if (!result.ok()) return Fail(context, result.status());
+  if (absl::Status encoded = NamedTensorsToWire(result->outputs, response->mutable_outputs()); !encoded.ok()) {
+    return Fail(context, encoded);
+  }
+  response->set_handle(result->handle);
+  response->set_saved_bytes(result->saved_bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::Backward(Context* context, const v1::BackwardRequest* request,
+                                           v1::BackwardResponse* response) {
+  TRAIND_AUTHORIZE(call);
+  if (request->handle().empty()) return Fail(context, absl::InvalidArgumentError("no forward handle given"));
+  absl::StatusOr<engine::NamedTensors> gradients =
+      NamedTensorsFromWire(request->output_gradients(), limits_.max_message_bytes, "output_gradients", "gradient");
+  if (!gradients.ok()) return Fail(context, gradients.status());
+  const std::vector<std::string> inputs(request->input_gradients().begin(), request->input_gradients().end());
+  absl::StatusOr<BackwardOutcome> outcome =
+      sessions_->Backward(call.caller, request->session_id(), request->handle(), *gradients, inputs,
+                          request->return_parameter_gradients());
+  if (!outcome.ok()) return Fail(context, outcome.status());
+  absl::Status encoded = NamedTensorsToWire(outcome->input_gradients, response->mutable_input_gradients());
+  if (encoded.ok()) encoded = NamedTensorsToWire(outcome->parameter_gradients, response->mutable_parameter_gradients());
+  if (!encoded.ok()) return Fail(context, encoded);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::ReleaseForward(Context* context, const v1::ReleaseForwardRequest* request,
+                                                 v1::ReleaseForwardResponse* response) {
+  TRAIND_AUTHORIZE(call);
+  const std::vector<std::string> handles(request->handles().begin(), request->handles().end());
+  absl::StatusOr<int> released = sessions_->ReleaseForward(call.caller, request->session_id(), handles);
+  if (!released.ok()) return Fail(context, released.status());
+  response->set_released(*released);
   return grpc::Status::OK;
 }
 

@@ -16,13 +16,13 @@ namespace traind::engine {
 struct GradientGraphOptions {
   // A scalar floating-point value of the graph (usually its loss output).
   std::string loss;
-  // Instead of a loss (which must then be empty): vector-Jacobian products. Each pair names a floating-point value
-  // of the graph and a graph input holding the gradient of something (computed by the caller) with respect to it,
-  // of the value's type and shape; the parameters' gradients are then sum over the pairs of J(value)^T gradient.
-  std::vector<std::pair<std::string, std::string>> output_gradients;
   // Graph inputs or initializers to differentiate with respect to.
   std::vector<std::string> parameters;
   const OpRegistry* registry = nullptr;  // nullptr: OpRegistry::Global().
+  // Instead of a loss (which must then be empty): vector-Jacobian products. Each pair names a floating-point value
+  // of the graph and a graph input holding the gradient of something (computed by the caller) with respect to it,
+  // of the value's type and shape; the parameters' gradients are then sum over the pairs of J(value)^T gradient.
+  std::vector<std::pair<std::string, std::string>> output_gradients = {};
 };
 
 // True for the ONNX element types gradients flow through (float, double, float16, bfloat16).

@@ -112,6 +112,11 @@ absl::StatusOr<absl::flat_hash_map<std::string, onnx::TypeProto>> ValueTypes(con
   return types;
 }
 
+absl::Status NoLossTrainingError() {
+  return absl::FailedPreconditionError(
+      "these artifacts have no loss: train with Forward and Backward (or generate artifacts with a loss)");
+}
+
 bool AllFinite(const Tensor& tensor) {
   if (tensor.dtype() == DataType::kFloat32) {
     const float* values = tensor.data<float>();
@@ -368,7 +373,7 @@ absl::Status Module::CheckReplacement(const CheckpointState& candidate) const {
 }
 
 absl::StatusOr<std::vector<Tensor>> Module::Feeds(const CompiledModel& compiled, const NamedTensors& inputs,
-                                                  bool reset) const {
+                                                  bool reset, bool check_shapes) const {
   TRAIND_RETURN_IF_ERROR(CheckState());
   const Plan& plan = compiled.session->plan();
   // The caller's tensors by user-input index.
@@ -412,7 +417,7 @@ absl::StatusOr<std::vector<Tensor>> Module::Feeds(const CompiledModel& compiled,
     switch (feed.source) {
       case Feed::Source::kUser:
         // Checked here, not only by the executor, so that the message is about the caller's input.
-        TRAIND_RETURN_IF_ERROR(CheckInputMatchesDeclaration(plan.inputs[i], *user[feed.index]));
+        if (check_shapes) TRAIND_RETURN_IF_ERROR(CheckInputMatchesDeclaration(plan.inputs[i], *user[feed.index]));
         feeds[i] = *user[feed.index];
         break;
       case Feed::Source::kParameter:
@@ -460,10 +465,7 @@ NamedTensors Module::UserOutputs(const CompiledModel& compiled, std::vector<Tens
 }
 
 absl::StatusOr<NamedTensors> Module::TrainStep(const NamedTensors& inputs) {
-  if (no_loss_) {
-    return absl::FailedPreconditionError(
-        "these artifacts have no loss: train with Forward and Backward (or generate artifacts with a loss)");
-  }
+  if (no_loss_) return NoLossTrainingError();
   const bool reset = pending_reset_;
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> feeds, Feeds(train_, inputs, reset));
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, train_.session->Run(feeds));
@@ -508,6 +510,11 @@ absl::StatusOr<NamedTensors> Module::EvalStep(const NamedTensors& inputs) const 
 }
 
 void Module::LazyResetGrad() { pending_reset_ = true; }
+
+absl::Status Module::CheckTrainingInputs(const NamedTensors& inputs, bool check_shapes) const {
+  if (no_loss_) return NoLossTrainingError();
+  return Feeds(train_, inputs, /*reset=*/true, check_shapes).status();
+}
 
 absl::StatusOr<NamedTensors> Module::Run(const NamedTensors& inputs) {
   return training_mode_ ? TrainStep(inputs) : EvalStep(inputs);

@@ -100,6 +100,9 @@ class Module {
   absl::StatusOr<NamedTensors> TrainStep(const NamedTensors& inputs);
   // Forward only, BatchNormalization with running statistics and no Dropout; changes nothing.
   absl::StatusOr<NamedTensors> EvalStep(const NamedTensors& inputs) const;
+  // What TrainStep would refuse about `inputs` (names, class ids; with `check_shapes` the declared dtypes and
+  // shapes too), without running anything: for callers that cut one batch into several steps.
+  absl::Status CheckTrainingInputs(const NamedTensors& inputs, bool check_shapes) const;
 
   // ---- Artifacts without a loss: the forward/backward style (artifacts.h, forward_backward.h) ----
   // Whether the training model has a loss (TrainStep and EvalStep need one; Forward(training) and Backward need
@@ -228,7 +231,7 @@ class Module {
   // The plan inputs of `compiled`, in order: the caller's (checked by name, dtype and shape), the parameters,
   // the gradient buffers and the reset flag.
   absl::StatusOr<std::vector<Tensor>> Feeds(const CompiledModel& compiled, const NamedTensors& inputs,
-                                            bool reset) const;
+                                            bool reset, bool check_shapes = true) const;
   static NamedTensors UserOutputs(const CompiledModel& compiled, std::vector<Tensor>& outputs);
   static std::vector<GraphValue> UserInputs(const CompiledModel& compiled);
 
