@@ -1027,7 +1027,10 @@ absl::StatusOr<TrainStepResult> SessionManager::TrainSteps(const Caller& caller,
 
 void SessionManager::ExpireForwards(Session& session) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const absl::Time now = absl::Now();
-  session.ExpireForwards(now);
+  if (session.forward_count.load() > 0) {
+    session.ExpireForwards(now);
+    session.RefreshSnapshot();
+  }
   // Other sessions' expired handles too, when nobody is using them (never waiting for a session's lock).
   std::vector<std::shared_ptr<Session>> others;
   {
