@@ -28,6 +28,11 @@ ValueFacts FactsOf(const onnx::TypeProto& type) {
   if (!type.has_tensor_type()) return facts;
   facts.elem_type = type.tensor_type().elem_type();
   if (!type.tensor_type().has_shape()) return facts;
+  facts.has_rank = true;
+  for (const auto& dim : type.tensor_type().shape().dim()) {
+    facts.partial_dims.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+    facts.dim_params.push_back(dim.has_dim_param() ? dim.dim_param() : "");
+  }
   facts.has_static_shape = true;
   for (const auto& dim : type.tensor_type().shape().dim()) {
     if (!dim.has_dim_value()) {

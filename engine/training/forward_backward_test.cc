@@ -384,5 +384,46 @@ TEST(ForwardBackwardTest, OptionsAreChecked) {
   }
 }
 
+// A symbolic batch dimension (e.g. scikit-learn's last, shorter batch): the gradient rules work from run-time
+// shapes, and a batch of 4 gives exactly the static model's gradients; a batch of 3 runs too.
+TEST(ForwardBackwardTest, SymbolicBatchDimension) {
+  const std::string dir = GoldenDir("two_head_weighted_mse");
+  onnx::ModelProto dynamic = Forward("two_head_weighted_mse");
+  for (auto* values : {dynamic.mutable_graph()->mutable_input(), dynamic.mutable_graph()->mutable_output()}) {
+    for (auto& value : *values) {
+      value.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_param("batch");
+    }
+  }
+  dynamic.mutable_graph()->clear_value_info();
+  std::unique_ptr<Trained> symbolic = Open(dynamic, NoLoss());
+  std::unique_ptr<Trained> fixed = Open(Forward("two_head_weighted_mse"), NoLoss());
+  ASSERT_NE(symbolic, nullptr);
+  ASSERT_NE(fixed, nullptr);
+  const Tensor input = Npy(dir + "/inputs/input.npy");
+  const NamedTensors gradients = {{"out1", FloatTensor({4, 2}, {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f, 0.7f, 0.8f})},
+                                  {"out2", FloatTensor({4, 1}, {1.0f, -1.0f, 0.5f, 0.25f})}};
+  std::vector<BackwardResult> results;
+  for (Trained* trained : {symbolic.get(), fixed.get()}) {
+    absl::StatusOr<ForwardPass> pass = trained->module->Forward({{"input", input}});
+    ASSERT_TRUE(pass.ok()) << pass.status();
+    absl::StatusOr<BackwardResult> result = trained->module->Backward(*pass, gradients, {"input"}, true);
+    ASSERT_TRUE(result.ok()) << result.status();
+    results.push_back(*result);
+  }
+  for (size_t p = 0; p < results[0].parameter_gradients.size(); ++p) {
+    ExpectClose(results[0].parameter_gradients[p].second, results[1].parameter_gradients[p].second, 1e-6,
+                results[0].parameter_gradients[p].first);
+  }
+  ExpectClose(results[0].input_gradients[0].second, results[1].input_gradients[0].second, 1e-6, "input");
+  const Tensor three = FloatTensor({3, 6}, std::vector<float>(input.data<float>(), input.data<float>() + 18));
+  absl::StatusOr<ForwardPass> pass = symbolic->module->Forward({{"input", three}});
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(Named(pass->outputs, "out2").shape(), Shape({3, 1}));
+  absl::StatusOr<BackwardResult> result =
+      symbolic->module->Backward(*pass, {{"out2", FloatTensor({3, 1}, {1.0f, 1.0f, 1.0f})}}, {"input"}, false);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->input_gradients[0].second.shape(), Shape({3, 6}));
+}
+
 }  // namespace
 }  // namespace traind::engine

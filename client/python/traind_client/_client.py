@@ -27,7 +27,7 @@ _METHOD_TIMEOUTS = {
     "UploadBlob": 1800.0, "Download": 1800.0, "GenerateArtifacts": 1800.0, "CreateSession": 600.0,
     "TrainStep": 600.0, "OptimizerStep": 600.0, "Eval": 600.0, "LoadCheckpoint": 600.0, "SaveCheckpoint": 600.0,
     "GetParameters": 600.0, "SetParameters": 600.0, "ExportForInference": 600.0, "CloseSession": 600.0,
-    "TrainStream": 86400.0, "WatchJob": 86400.0,
+    "TrainStream": 86400.0, "WatchJob": 86400.0, "Forward": 600.0, "Backward": 600.0,
 }
 UPLOAD_CHUNK_BYTES = 1 << 20
 # Models up to this size travel inline in GenerateArtifacts; larger ones are uploaded once, by digest.
@@ -45,6 +45,25 @@ class TrainStepResult:
     learning_rate: float
     skipped: bool
     skip_reason: str
+    # With examples_per_step: every step's loss, and how many steps were skipped.
+    step_losses: List[float] = dataclasses.field(default_factory=list)
+    skipped_steps: int = 0
+
+
+@dataclasses.dataclass
+class ForwardResult:
+    """Forward's answer: the outputs by name and, for a training pass, the handle Backward takes."""
+    outputs: Dict[str, np.ndarray]
+    handle: str = ""
+    saved_bytes: int = 0
+
+
+@dataclasses.dataclass
+class BackwardResult:
+    """Backward's answer: the gradients of the inputs asked for and, when asked, this pass's gradients of the
+    trainable parameters, by name."""
+    input_gradients: Dict[str, np.ndarray]
+    parameter_gradients: Dict[str, np.ndarray]
 
 
 @dataclasses.dataclass
@@ -122,7 +141,8 @@ def properties_from_wire(properties):
 def _train_step_result(response):
     return TrainStepResult(loss=response.loss, outputs=_tensors.named_from_wire(response.outputs),
                            optimizer_step=response.optimizer_step, learning_rate=response.learning_rate,
-                           skipped=response.skipped, skip_reason=response.skip_reason)
+                           skipped=response.skipped, skip_reason=response.skip_reason,
+                           step_losses=list(response.step_losses), skipped_steps=response.skipped_steps)
 
 
 def _read_source(source):
@@ -350,11 +370,14 @@ class Client:
 
     # ---- training and evaluation ----
 
-    def train_step(self, session_id, inputs, *, accumulate_only=False, fetch_outputs=(), timeout=None):
+    def train_step(self, session_id, inputs, *, accumulate_only=False, fetch_outputs=(), examples_per_step=0,
+                   timeout=None):
         """TrainStep with `inputs` {name: array} (model inputs and targets). By default forward + backward +
-        optimizer step + lazy gradient reset; accumulate_only: forward + backward only."""
+        optimizer step + lazy gradient reset; accumulate_only: forward + backward only. examples_per_step > 0 cuts
+        the arrays' first axis into slices of that many examples, each a step of its own, all in this one call
+        (the result's step_losses has one loss per step, `loss` their example-weighted mean)."""
         request = pb.TrainStepRequest(session_id=session_id, accumulate_only=accumulate_only,
-                                      fetch_outputs=list(fetch_outputs))
+                                      fetch_outputs=list(fetch_outputs), examples_per_step=examples_per_step)
         _tensors.named_to_wire(inputs, request.inputs)
         return _train_step_result(self._call("TrainStep", request, timeout))
 
@@ -404,8 +427,41 @@ class Client:
             request.initial_learning_rate = initial_learning_rate
         return self._call("SetScheduler", request, timeout).learning_rate
 
-    def scheduler_step(self, session_id, *, timeout=None):
-        return self._call("SchedulerStep", pb.SchedulerStepRequest(session_id=session_id), timeout)
+    def scheduler_step(self, session_id, *, metric=None, timeout=None):
+        """SchedulerStep; `metric` (lower is better: an epoch's loss, or minus a validation score) drives an
+        'adaptive' schedule. Returns traind.v1.LearningRate (with `stalled` once an adaptive schedule gives up)."""
+        request = pb.SchedulerStepRequest(session_id=session_id)
+        if metric is not None:
+            request.metric = float(metric)
+        return self._call("SchedulerStep", request, timeout)
+
+    # ---- forward / backward (artifacts generated with loss={"no_loss": {}}) ----
+
+    def forward(self, session_id, inputs, *, training=False, fetch_outputs=(), timeout=None):
+        """Forward with `inputs` {name: array}. training=True: the training-mode pass, kept by the daemon under
+        the returned handle for backward(); False: inference (no loss targets needed, nothing kept)."""
+        request = pb.ForwardRequest(session_id=session_id, training=training, fetch_outputs=list(fetch_outputs))
+        _tensors.named_to_wire(inputs, request.inputs)
+        response = self._call("Forward", request, timeout)
+        return ForwardResult(outputs=_tensors.named_from_wire(response.outputs), handle=response.handle,
+                             saved_bytes=response.saved_bytes)
+
+    def backward(self, session_id, handle, output_gradients, *, input_gradients=(), return_parameter_gradients=False,
+                 timeout=None):
+        """Backward of a forward() handle: `output_gradients` {output: array} (a missing output's gradient is
+        zero), the gradients of `input_gradients` (input names) returned; the parameters' gradients accumulate as
+        train_step's do (and come back too with return_parameter_gradients)."""
+        request = pb.BackwardRequest(session_id=session_id, handle=handle, input_gradients=list(input_gradients),
+                                     return_parameter_gradients=return_parameter_gradients)
+        _tensors.named_to_wire(output_gradients, request.output_gradients)
+        response = self._call("Backward", request, timeout)
+        return BackwardResult(input_gradients=_tensors.named_from_wire(response.input_gradients),
+                              parameter_gradients=_tensors.named_from_wire(response.parameter_gradients))
+
+    def release_forward(self, session_id, handles, *, timeout=None):
+        """Releases forward() handles that will get no backward(); returns how many the daemon held."""
+        request = pb.ReleaseForwardRequest(session_id=session_id, handles=list(handles))
+        return self._call("ReleaseForward", request, timeout).released
 
     # ---- checkpoints and properties ----
 
