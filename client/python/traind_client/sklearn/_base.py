@@ -63,6 +63,16 @@ class TraindEstimatorMixin:
     """Session handling and the epoch loop for estimators whose subclasses say what to train (_artifacts) and how
     to read the fitted parameters back (_store_parameters / _forward_model)."""
 
+    def _more_tags(self):
+        return {
+            "_xfail_checks": {
+                "check_methods_subset_invariance":
+                    "traind computes in float32 and its matrix products (oneDNN sgemm) block rows by the batch's "
+                    "size, so a row's result may differ in the last bits (about 1e-6 relative) between a batch and "
+                    "a subset of it; the check demands 1e-7",
+            },
+        }
+
     # ---- the session ----
 
     def _session(self):

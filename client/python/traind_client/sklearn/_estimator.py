@@ -24,7 +24,7 @@ class TraindEstimator(TraindEstimatorMixin, RegressorMixin, BaseEstimator):
         [batch, n_features]), its `output` (default: the first output) is what predict returns.
     loss: "mse", "l1", "cross_entropy" (y holds class ids; predict returns the arg-max class),
         "bce_with_logits", or a traind.v1.LossSpec dict whose target is named "target".
-    optimizer: a traind.v1.OptimizerSpec dict (default {"adamw": {"lr": 1e-3}}); scheduler: a traind.v1.SchedulerSpec
+    optimizer: a traind.v1.OptimizerSpec dict (default {"adamw": {"lr": 0.01, "weight_decay": 0}}); scheduler: a traind.v1.SchedulerSpec
         dict or None. batch_size, max_iter, shuffle, random_state, tol, n_iter_no_change: as MLPRegressor's.
     Fitted: n_iter_, loss_curve_, parameters_ ({initializer: array}), classes_ with cross_entropy.
     """
@@ -94,7 +94,7 @@ class TraindEstimator(TraindEstimatorMixin, RegressorMixin, BaseEstimator):
         return model, self._loss_spec(self.output_), self._optimizer_spec(), [], list(self.parameters_)
 
     def _optimizer_spec(self):
-        return self.optimizer if self.optimizer is not None else {"adamw": {"lr": 1e-3}}
+        return self.optimizer if self.optimizer is not None else {"adamw": {"lr": 0.01, "weight_decay": 0.0}}
 
     def fit(self, X, y):
         self._validate_params()

@@ -70,7 +70,7 @@ def sgd_loss_graph(loss, prediction, n_outputs, epsilon=0.1):
     output, with p the prediction and y the target (+1/-1 for classification losses), summed over the outputs
     (one-vs-all: the binary problems are independent) and averaged over the batch.
 
-    hinge max(0, 1 - py); perceptron max(0, -py); squared_hinge max(0, 1 - py)^2; log_loss log(1 + exp(-py));
+    hinge max(0, 1 - py) (gradient -y where py <= 1, as scikit-learn's); perceptron max(0, -py) (likewise at 0); squared_hinge max(0, 1 - py)^2; log_loss log(1 + exp(-py));
     modified_huber (1 - py)^2 for py >= -1 (0 beyond 1), -4py below; squared_error (p - y)^2 / 2;
     huber (p - y)^2 / 2 within epsilon, epsilon |p - y| - epsilon^2 / 2 beyond;
     epsilon_insensitive max(0, |y - p| - epsilon); squared_epsilon_insensitive max(0, |y - p| - epsilon)^2."""
@@ -83,10 +83,15 @@ def sgd_loss_graph(loss, prediction, n_outputs, epsilon=0.1):
 
     margin = lambda: node("Mul", [p, y], "margin")  # noqa: E731
     residual = lambda: node("Sub", [p, y], "residual")  # noqa: E731
-    if loss == "hinge":
-        per_element = node("Relu", [node("Sub", ["one", margin()], "one_minus_margin")], "per_element")
-    elif loss == "perceptron":
-        per_element = node("Relu", [node("Neg", [margin()], "negative_margin")], "per_element")
+    if loss in ("hinge", "perceptron"):
+        # threshold - py where py <= threshold, else 0: scikit-learn's subgradient, -y, includes py == threshold
+        # (a Relu's would be 0 there, and zero-initialised weights start exactly there).
+        threshold = "one" if loss == "hinge" else "zero"
+        constants.append(_scalar("zero", 0.0))
+        z = margin()
+        below = node("LessOrEqual", [z, threshold], "below_threshold")
+        per_element = node("Where", [below, node("Sub", [threshold, z], "threshold_minus_margin"), "zero"],
+                           "per_element")
     elif loss == "squared_hinge":
         hinge = node("Relu", [node("Sub", ["one", margin()], "one_minus_margin")], "hinge")
         per_element = node("Mul", [hinge, hinge], "per_element")

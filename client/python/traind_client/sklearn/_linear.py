@@ -112,10 +112,9 @@ class _BaseTraindSGD(TraindEstimatorMixin, BaseEstimator):
             else:
                 coef = np.zeros((X.shape[1], n_outputs), np.float32)
                 intercept = np.zeros(n_outputs, np.float32)
-            seed = int(self._rng.randint(1, 2**31 - 1))
             self._open_session(_graphs.linear_model(coef, intercept), self._loss(n_outputs), self._optimizer(),
                                requires_grad=self._requires_grad(), scheduler=self._scheduler(),
-                               learning_rate=float(self.eta0) if self.learning_rate != "optimal" else 1.0, seed=seed)
+                               learning_rate=float(self.eta0) if self.learning_rate != "optimal" else 1.0, seed=1)
         session = self._session()
         validation = None
         if validation_data is not None:

@@ -7,7 +7,9 @@ weights (alpha / batch_size added to the gradient, as scikit-learn's backpropaga
 constant / invscaling / adaptive are the daemon's schedulers. Batches are scikit-learn's (gen_batches over the
 shuffled indices, the last one shorter), an epoch one call on the daemon.
 
-Differences from scikit-learn, by design: float32 training; solver='lbfgs' is not offered (a full-batch
+Differences from scikit-learn, by design: float32 training; momentum is PyTorch's (the buffer accumulates
+gradients and the current rate multiplies it; scikit-learn's velocity accumulates rate-scaled gradients), which is
+the same at a constant rate but not across an invscaling or adaptive change of rate; solver='lbfgs' is not offered (a full-batch
 quasi-Newton method, not a stochastic one: a ValueError says so); Adam's epsilon is added to the bias-corrected
 root of the second moment (PyTorch's placement; scikit-learn adds it before the correction, a difference of
 eps * (1 - sqrt(1 - beta_2^t)) in the denominator); the last, shorter batch uses alpha / batch_size too;
@@ -190,8 +192,7 @@ class _BaseTraindMLP(TraindEstimatorMixin, BaseEstimator):
         if first or not incremental or self._session() is None:
             self._open_session(self._model(), self._loss(), self._optimizer(batch_size), additional_outputs=["output"],
                                scheduler=self._scheduler(X.shape[0], batch_size),
-                               learning_rate=float(self.learning_rate_init),
-                               seed=int(self._random_state.randint(1, 2**31 - 1)))
+                               learning_rate=float(self.learning_rate_init), seed=1)
         session = self._session()
         best = {}
 
