@@ -21,7 +21,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
-from sklearn.utils.estimator_checks import check_estimator
+from sklearn.utils.estimator_checks import _set_checking_parameters, check_estimator
 
 from daemon import Daemon
 from traind_client.sklearn import (TraindEstimator, TraindMLPClassifier, TraindMLPRegressor, TraindSGDClassifier,
@@ -54,9 +54,16 @@ class SklearnTest(unittest.TestCase):
 
     def test_check_estimator(self):
         """scikit-learn's conformance suite. Checks that cannot apply are declared in the estimators' tags
-        (_xfail_checks, with the reason) and skipped by check_estimator itself."""
-        for estimator in [TraindSGDRegressor(), TraindSGDClassifier(), TraindMLPRegressor(max_iter=100),
-                          TraindMLPClassifier(max_iter=100), TraindEstimator()]:
+        (_xfail_checks, with the reason) and skipped by check_estimator itself. The estimators are set up as
+        scikit-learn's own test suite sets up the estimators they follow (_set_checking_parameters: max_iter 5;
+        its MLPs get max_iter 100 and keep batch_size 'auto'; its SGD estimators train per example)."""
+        for estimator in [TraindSGDRegressor(), TraindSGDClassifier(), TraindMLPRegressor(), TraindMLPClassifier(),
+                          TraindEstimator()]:
+            _set_checking_parameters(estimator)
+            if isinstance(estimator, (TraindMLPRegressor, TraindMLPClassifier)):
+                estimator.set_params(max_iter=100, batch_size="auto")
+            elif isinstance(estimator, (TraindSGDRegressor, TraindSGDClassifier)):
+                estimator.set_params(batch_size=1)
             with self.subTest(type(estimator).__name__):
                 check_estimator(estimator)
 

@@ -8,12 +8,16 @@ optimizer's. A fitted estimator keeps its learned parameters as numpy attributes
 pickles and clones like any scikit-learn estimator; its daemon session is kept beside it (not in __dict__) and is
 opened again from those attributes when needed (after unpickling, in another process)."""
 
+import collections
+import hashlib
 import os
 import threading
 import warnings
 import weakref
 
 import numpy as np
+import onnx
+from onnx import numpy_helper
 from sklearn.exceptions import ConvergenceWarning
 
 import traind_client
@@ -55,6 +59,46 @@ class Session:
         self._finalizer()
 
 
+class _ArtifactCache:
+    """Artifact sets by (graph structure, loss, optimizer, outputs, trainable parameters), per daemon: an estimator
+    fitted again on data of the same shape (cross-validation, grid search, scikit-learn's checks) reuses them
+    instead of asking GenerateArtifacts again; its own initial weights then go in with SetParameters. The least
+    recently used sets beyond `size` are deleted from the daemon."""
+
+    def __init__(self, size=16):
+        self._size = size
+        self._entries = collections.OrderedDict()  # (client id, key) -> (client, artifact id)
+        self._lock = threading.Lock()
+
+    def get(self, client, model, loss, optimizer, outputs, requires_grad):
+        structure = onnx.ModelProto()
+        structure.CopyFrom(model)
+        for tensor in structure.graph.initializer:
+            tensor.ClearField("raw_data")
+            tensor.ClearField("float_data")
+        key = (id(client), hashlib.sha256(structure.SerializeToString() + repr(
+            (loss, optimizer, outputs, requires_grad)).encode()).hexdigest())
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key][1], True
+        artifacts = client.generate_artifacts(model, loss=loss, optimizer=optimizer, additional_output_names=outputs,
+                                              requires_grad=requires_grad)
+        evicted = []
+        with self._lock:
+            self._entries[key] = (client, artifacts.artifact_id)
+            while len(self._entries) > self._size:
+                evicted.append(self._entries.popitem(last=False)[1])
+        for owner, artifact_id in evicted:
+            try:
+                owner.delete_artifact(artifact_id)
+            except traind_client.TraindError:
+                pass  # still used by an open session (the daemon keeps it then), or gone with its daemon
+        return artifacts.artifact_id, False
+
+
+_artifacts = _ArtifactCache()
+
 # estimator -> Session: kept outside the estimator's __dict__ (predict must not change it; pickles must not carry it).
 _sessions = weakref.WeakKeyDictionary()
 
@@ -80,21 +124,20 @@ class TraindEstimatorMixin:
 
     def _open_session(self, model, loss, optimizer, *, additional_outputs=(), requires_grad=(), scheduler=None,
                       learning_rate=None, seed=0):
-        """GenerateArtifacts + CreateSession (+ SetScheduler); replaces the estimator's previous session."""
+        """GenerateArtifacts (or artifacts made before for the same graph and settings) + CreateSession (+ the
+        model's own weights with SetParameters, + SetScheduler); replaces the estimator's previous session."""
         previous = _sessions.pop(self, None)
         if previous is not None:
             previous.close()
         client = client_for(self.address)
-        artifacts = client.generate_artifacts(model, loss=loss, optimizer=optimizer,
-                                              additional_output_names=list(additional_outputs),
-                                              requires_grad=list(requires_grad))
-        created = client.create_session(artifacts.artifact_id, seed=seed, display_name=type(self).__name__)
-        # The artifact set is only needed to create the session: drop it from the daemon's store.
-        try:
-            client.delete_artifact(artifacts.artifact_id)
-        except traind_client.TraindError:
-            pass
+        artifact_id, reused = _artifacts.get(client, model, loss, optimizer, list(additional_outputs),
+                                             list(requires_grad))
+        created = client.create_session(artifact_id, seed=seed, display_name=type(self).__name__)
         session = Session(client, created.session_id)
+        if reused:
+            client.set_parameters(session.session_id, parameters={
+                tensor.name: numpy_helper.to_array(tensor) for tensor in model.graph.initializer
+                if tensor.data_type == onnx.TensorProto.FLOAT})
         _sessions[self] = session
         if scheduler is not None:
             client.set_scheduler(session.session_id, scheduler, initial_learning_rate=learning_rate)
@@ -184,7 +227,7 @@ class TraindEstimatorMixin:
                 bad_epochs = bad_epochs + 1 if score < best_score + tol else 0
                 best_score = max(best_score, score)
             else:
-                bad_epochs = bad_epochs + 1 if loss > best_loss - tol else 0
+                bad_epochs = bad_epochs + 1 if not loss <= best_loss - tol else 0  # a non-finite loss is bad too
                 best_loss = min(best_loss, loss)
             if bad_epochs > n_iter_no_change if patience_exceeds else bad_epochs >= n_iter_no_change:
                 break
