@@ -132,7 +132,9 @@ class TraindEstimatorMixin:
         client = client_for(self.address)
         artifact_id, reused = _artifacts.get(client, model, loss, optimizer, list(additional_outputs),
                                              list(requires_grad))
-        created = client.create_session(artifact_id, seed=seed, display_name=type(self).__name__)
+        # One intra-op thread: scikit-learn-sized models train fastest so (an OpenMP team costs more than it
+        # saves on them, and waits badly on busy cores), and estimators fitted in parallel share the cores.
+        created = client.create_session(artifact_id, seed=seed, num_threads=1, display_name=type(self).__name__)
         session = Session(client, created.session_id)
         if reused:
             client.set_parameters(session.session_id, parameters={
