@@ -50,7 +50,9 @@
 // updating, one pass over every gradient computes the global L2 norm (float64 accumulation, fixed chunks:
 // deterministic); a non-finite norm means a non-finite gradient, and then every output is its input and
 // skipped is true. With max_grad_norm > 0 the gradients are scaled by min(1, max_norm / (norm + 1e-6))
-// (torch.nn.utils.clip_grad_norm_).
+// (torch.nn.utils.clip_grad_norm_). Parameters and states the caller donated (RunOptions in executor.h; the
+// Optimizer donates them) are updated in place; the others are copied chunk by chunk into fresh outputs that are
+// then updated in place. Nothing is written before every input has been checked and the norm computed.
 //
 // Where SGD and ONNX's Momentum coincide: Momentum(alpha = momentum, beta = 1 - dampening,
 // norm_coefficient = weight_decay, mode standard / nesterov) with T = step - 1 and V = 0 before the first
