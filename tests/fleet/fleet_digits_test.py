@@ -17,8 +17,9 @@ import numpy as np
 
 import traind_client
 from daemon import scratch_dir
-from fleet_testing import (BATCH, Evaluator, FleetDaemon, digits_split, label_skewed_shards, make_artifacts)
-from traind_client.fleet import FedAvg, FederatedRun, History
+from fleet_testing import (BATCH, Evaluator, FleetDaemon, digits_split, free_port, label_skewed_shards,
+                           make_artifacts)
+from traind_client.fleet import Device, FedAdam, FedAvg, FedAvgM, FederatedRun, FedTrimmedAvg, History
 
 DEVICES = 4
 ROUNDS = 10
@@ -159,6 +160,38 @@ class FleetDigitsTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "strategy"):
             FederatedRun([daemon.device() for daemon in self.daemons], None, rounds=5,
                          strategy=FedAvg(server_lr=0.5), state_dir=state, batch_size=BATCH, progress=False)
+
+    def test_deadlines_unreachable_devices_and_min_fit_clients(self):
+        devices = [daemon.device() for daemon in self.daemons]
+        devices[3].fit_timeout = 0.01  # too slow for its own deadline
+        ghost = Device(f"127.0.0.1:{free_port()}", name="ghost", data={"local_path": "shard.npz"})  # nothing there
+        run = FederatedRun(devices + [ghost], self.artifact_dir, rounds=2, strategy=FedTrimmedAvg(trim=0.2),
+                           batch_size=BATCH, min_fit_clients=3, fit_timeout=60, progress=False)
+        history = run.run()
+        for record in history.rounds:
+            by_name = {device["name"]: device for device in record["devices"]}
+            self.assertTrue(record["aggregated"])
+            self.assertEqual(record["global"]["participants"], 3)
+            self.assertIn("deadline", by_name["edge-3"]["error"])
+            self.assertIn("UNAVAILABLE", by_name["ghost"]["error"])
+        # with 4 successes required, no round counts and the global parameters stay as the checkpoint has them
+        strict = FederatedRun(devices + [ghost], self.artifact_dir, rounds=2, batch_size=BATCH, min_fit_clients=4,
+                              fit_timeout=60, progress=False, evaluate=self.evaluator)
+        history = strict.run()
+        self.assertEqual([record["aggregated"] for record in history.rounds], [False, False])
+        self.assertEqual(history.rounds[0]["global"]["central_loss"], history.rounds[1]["global"]["central_loss"])
+        # the jobs of the device that missed its deadline were cancelled, not left training
+        with traind_client.connect(self.daemons[3].address) as client:
+            self.assertFalse([job.job_id for job in client.list_jobs() if job.state == traind_client.v1.RUNNING])
+
+    def test_server_optimizers_train_too(self):
+        for strategy in (FedAvgM(server_lr=1.0, momentum=0.5), FedAdam(server_lr=0.1)):
+            history = FederatedRun(
+                [daemon.device() for daemon in self.daemons], self.artifact_dir, rounds=4, strategy=strategy,
+                batch_size=BATCH, evaluate=self.evaluator, progress=False).run()
+            accuracies = [record["global"]["central_accuracy"] for record in history.rounds]
+            print(f"{strategy.name}: global accuracy per round {[round(a, 3) for a in accuracies]}")
+            self.assertGreater(accuracies[-1], 0.8, strategy.name)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ A fleet file is JSON (paths in it are relative to the file):
        {"name": "edge-1", "address": "10.0.0.1:50051", "tls_ca": "ca.pem", "token_file": "edge.token",
         "data": {"local_path": "digits"}, "eval": {"fraction": 0.2}},
        {"name": "edge-2", "address": "10.0.0.2:50051", "data": {"npz_file": "shard2.npz"},
-        "eval": {"npz_file": "shard2-val.npz"}}
+        "eval": {"npz_file": "shard2-val.npz"}, "fit_timeout": 1800}
     ]}
 
 `data` / `eval`: {"local_path": P} names data under the daemon's own --data_dir (it never leaves the device);
@@ -34,6 +34,7 @@ class Device:
     tls_key: Optional[str] = None
     tls_server_name: Optional[str] = None
     token: Optional[str] = dataclasses.field(default=None, repr=False)
+    fit_timeout: Optional[float] = None  # this device's deadline per round (default: the run's fit_timeout)
 
     def __post_init__(self):
         if not self.address:
@@ -75,7 +76,7 @@ def load_fleet(path):
             raise ValueError(f"{path}: device {index} is not an object")
         entry = dict(entry)
         unknown = set(entry) - {"name", "address", "data", "eval", "tls_ca", "tls_cert", "tls_key",
-                                "tls_server_name", "token_file"}
+                                "tls_server_name", "token_file", "fit_timeout"}
         if unknown:
             raise ValueError(f"{path}: device {index}: unknown keys {sorted(unknown)}")
         token = None

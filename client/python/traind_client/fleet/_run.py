@@ -76,7 +76,8 @@ class FederatedRun:
     traind_client.fleet.strategies.Strategy (default FedAvg). Local training per round: local_epochs epochs of
     batch_size, shuffled with a seed per round and device; accuracy: ask each device for eval accuracy;
     job_options: more traind.v1.JobSpec fields in dict form (e.g. {"label_input": "labels"}).
-    fit_timeout: seconds one device may take for one round (set parameters, train, send parameters back).
+    fit_timeout: seconds one device may take for one round (set parameters, train, send parameters back); a
+    Device's own fit_timeout overrides it.
     fraction_fit: the share of the devices sampled each round; min_fit_clients / min_fit_fraction: successes needed
     for the round to count. max_concurrency: devices worked on at once (bounded fan-out). evaluate: optional
     callable(params) -> {"loss": ..., "accuracy": ...} run on the aggregated parameters after each round (e.g. on a
@@ -219,14 +220,15 @@ class FederatedRun:
     def _fit(self, device, round_number, global_params):
         """One device's round; never raises: failures are recorded as {"ok": False, "error": ...}."""
         started = time.monotonic()
-        deadline = started + self.fit_timeout
+        fit_timeout = device.fit_timeout or self.fit_timeout
+        deadline = started + fit_timeout
         result = {"name": device.name, "ok": False, "error": "", "examples": 0, "train_loss": None,
                   "eval_loss": None, "eval_accuracy": None, "steps": 0, "job_id": ""}
 
         def remaining():
             left = deadline - time.monotonic()
             if left <= 0:
-                raise DeviceFailure(f"missed its deadline of {self.fit_timeout:g} s")
+                raise DeviceFailure(f"missed its deadline of {fit_timeout:g} s")
             return left
 
         state = self._device_state[device.name]
@@ -245,7 +247,7 @@ class FederatedRun:
                 for update in client.watch_job(job.job_id, timeout=remaining()):
                     final = update
             except _errors.DeadlineExceededError:
-                raise DeviceFailure(f"missed its deadline of {self.fit_timeout:g} s") from None
+                raise DeviceFailure(f"missed its deadline of {fit_timeout:g} s") from None
             if final.state not in (pb.SUCCEEDED, pb.STOPPED_EARLY):
                 raise DeviceFailure(f"job {job.job_id} ended {pb.JobState.Name(final.state)}: {final.message}")
             params = client.get_parameters(session_id, trainable_only=self.trainable_only, timeout=remaining())
@@ -258,6 +260,9 @@ class FederatedRun:
                           eval_accuracy=float(last_eval.accuracy) if last_eval else None)
         except DeviceFailure as failure:
             result["error"] = str(failure)
+            self._cancel_job(device, state)
+        except _errors.DeadlineExceededError as error:
+            result["error"] = f"missed its deadline of {fit_timeout:g} s ({error})"
             self._cancel_job(device, state)
         except _errors.TraindError as error:
             result["error"] = str(error)
