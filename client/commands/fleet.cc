@@ -83,6 +83,7 @@ std::vector<CommandSpec> FleetCommands() {
       "misses --fit-timeout is left out of that round and rejoins later; the round counts with at least\n"
       "--min-fit-clients successes. --state-dir checkpoints the run after every round: the same command resumes\n"
       "it. Needs the Python client (python3-traind-client). Exit: 0 done, 3 the run failed, 4 a local file.\n"
+      "JSON: always, on stdout (progress goes to stderr): {\"rounds\": N, \"last\": the last round's global metrics}.\n"
       "fleet file (JSON; paths relative to it):\n"
       "  {\"devices\": [{\"name\": \"edge-1\", \"address\": \"10.0.0.1:50051\", \"tls_ca\": \"ca.pem\",\n"
       "                \"token_file\": \"edge.token\", \"data\": {\"local_path\": \"digits\"}, \"eval\": {\"fraction\": 0.2}}]}\n"
@@ -125,7 +126,8 @@ std::vector<CommandSpec> FleetCommands() {
         return RunFleet(context, "status");
       }});
   commands.push_back(CommandSpec{"fleet plot", "HISTORY OUT",
-                                 "a run's history (JSON) as PNG: loss and accuracy per round", "", {}, 2, 2, 0,
+                                 "a run's history (JSON) as PNG: loss and accuracy per round",
+                                 "JSON: always, on stdout: {\"plot\": OUT, \"rounds\": N}.\n", {}, 2, 2, 0,
                                  [](CommandContext& context) { return RunFleet(context, "plot"); }});
   return commands;
 }

@@ -59,7 +59,13 @@ if [[ ! -f $sysroot/.complete ]]; then
   for lib in libopenblas.so libopenblas.so.0 libblas.so libblas.so.3 liblapack.so liblapack.so.3; do
     ln -sf "openblas-pthread/$lib" "$multiarch/$lib"
   done
-  ln -sf openblas-pthread/cblas.h "$sysroot/usr/include/aarch64-linux-gnu/cblas.h"
+  for header in cblas.h f77blas.h openblas_config.h; do
+    ln -sf "openblas-pthread/$header" "$sysroot/usr/include/aarch64-linux-gnu/$header"
+  done
+  ln -sf openblas-pthread/cblas.h "$sysroot/usr/include/aarch64-linux-gnu/cblas-openblas.h"
+  ln -sf ../openblas-pthread/pkgconfig/openblas.pc "$multiarch/pkgconfig/openblas.pc"
+  ln -sf ../openblas-pthread/pkgconfig/blas-openblas.pc "$multiarch/pkgconfig/blas.pc"
+  ln -sf ../openblas-pthread/pkgconfig/lapack-openblas.pc "$multiarch/pkgconfig/lapack.pc"
   touch "$sysroot/.complete"
 fi
 

@@ -71,7 +71,9 @@ def _status(args):
 
 
 def _plot(args):
-    History.load_json(args.history).plot(args.out)
+    history = History.load_json(args.history)
+    history.plot(args.out)
+    print(json.dumps({"plot": args.out, "rounds": len(history.rounds)}))
     return 0
 
 
