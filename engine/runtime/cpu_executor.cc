@@ -1,11 +1,14 @@
 #include "engine/runtime/cpu_executor.h"
 
+#include <algorithm>
 #include <chrono>
-
 #include <exception>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
 
 namespace traind::engine {
 
@@ -49,8 +52,40 @@ CpuExecutor::CpuExecutor(ThreadPool* threads, std::shared_ptr<BufferPool> buffer
       buffers_(buffers ? std::move(buffers) : BufferPool::Create()),
       random_seed_(random_seed) {}
 
+namespace {
+
+// (node, input position) pairs of the donations this run honours, sorted: a donated input goes to its sole reader,
+// unless another input of the run shares its buffer (the reader would then change a value someone else reads).
+absl::StatusOr<std::vector<std::pair<int, int>>> HonouredDonations(const Plan& plan, absl::Span<const Tensor> inputs,
+                                                                   absl::Span<const int> donated) {
+  std::vector<std::pair<int, int>> honoured;
+  if (donated.empty()) return honoured;
+  absl::flat_hash_map<const Buffer*, int> sharers;
+  for (const Tensor& input : inputs) ++sharers[input.buffer().get()];
+  for (const auto& [slot, constant] : plan.constants) ++sharers[constant.buffer().get()];
+  for (const int index : donated) {
+    if (index < 0 || static_cast<size_t>(index) >= plan.inputs.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("donated input ", index, " is not an input of the plan"));
+    }
+    const Plan::DonationTarget& target = plan.donation_targets[index];
+    if (target.node >= 0 && sharers[inputs[index].buffer().get()] == 1) {
+      honoured.emplace_back(target.node, target.position);
+    }
+  }
+  std::sort(honoured.begin(), honoured.end());
+  honoured.erase(std::unique(honoured.begin(), honoured.end()), honoured.end());
+  return honoured;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<Tensor>> CpuExecutor::Run(const Plan& plan,
                                                      absl::Span<const Tensor> inputs) const {
+  return RunWithOptions(plan, inputs, RunOptions());
+}
+
+absl::StatusOr<std::vector<Tensor>> CpuExecutor::RunWithOptions(const Plan& plan, absl::Span<const Tensor> inputs,
+                                                                const RunOptions& options) const {
   if (inputs.size() != plan.inputs.size()) {
     return absl::InvalidArgumentError(absl::StrCat("expected ", plan.inputs.size(),
                                                    " inputs, got ", inputs.size()));
@@ -65,6 +100,12 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutor::Run(const Plan& plan,
     if (!status.ok()) return status;
     slots[plan.inputs[i].slot] = inputs[i];
   }
+
+  using Donations = std::vector<std::pair<int, int>>;
+  TRAIND_ASSIGN_OR_RETURN(const Donations donations, HonouredDonations(plan, inputs, options.donated_inputs));
+  std::vector<int> donated_positions;
+  for (const auto& [node, position] : donations) donated_positions.push_back(position);
+  size_t next_donation = 0;
 
   if (profile_ != nullptr) {
     profile_->seconds_per_node.resize(plan.nodes.size());
@@ -88,6 +129,12 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutor::Run(const Plan& plan,
                           node_outputs.data(), static_cast<int>(node_outputs.size()), *buffers_,
                           threads_);
     if (run_seed != 0) context.set_random_seed(Mix(run_seed + node_index) | 1);
+    if (next_donation < donations.size() && donations[next_donation].first == static_cast<int>(node_index)) {
+      size_t end = next_donation;
+      while (end < donations.size() && donations[end].first == static_cast<int>(node_index)) ++end;
+      context.set_donated_inputs(absl::MakeConstSpan(donated_positions).subspan(next_donation, end - next_donation));
+      next_donation = end;
+    }
     absl::Status status;
     try {
       status = node.kernel->Compute(context);

@@ -23,6 +23,9 @@ class CpuExecutor : public Executor {
 
   absl::StatusOr<std::vector<Tensor>> Run(const Plan& plan,
                                           absl::Span<const Tensor> inputs) const override;
+  // Honours every donation the plan allows (a donated input's sole reader, its buffer not shared with another input).
+  absl::StatusOr<std::vector<Tensor>> RunWithOptions(const Plan& plan, absl::Span<const Tensor> inputs,
+                                                     const RunOptions& options) const override;
 
   BufferPool& buffers() const { return *buffers_; }
 

@@ -706,6 +706,7 @@ absl::Status Optimizer::Initialize(const onnx::ModelProto& optimizer_model, cons
   for (size_t p = 0; p < state.parameters.size(); ++p) checkpoint_index[state.parameters[p].name] = static_cast<int>(p);
   size_t i = 2;
   bool first = true;
+  std::vector<int> updated_inputs;  // parameters and states
   while (i < plan.inputs.size()) {
     const std::string& name = plan.inputs[i].name;
     auto it = checkpoint_index.find(name);
@@ -737,6 +738,8 @@ absl::Status Optimizer::Initialize(const onnx::ModelProto& optimizer_model, cons
     }
     parameter_names_.push_back(name);
     parameter_indices_.push_back(it->second);
+    updated_inputs.push_back(static_cast<int>(i));
+    for (size_t k = i + 2; k < next; ++k) updated_inputs.push_back(static_cast<int>(k));
     i = next;
   }
   const std::vector<std::string>& trainable = module_->TrainableParameterNames();
@@ -762,6 +765,10 @@ absl::Status Optimizer::Initialize(const onnx::ModelProto& optimizer_model, cons
   if (plan.outputs.back().dtype != DataType::kBool) {
     return input_error(absl::StrCat("'", kSkippedName, "' must be bool"));
   }
+  // In-place updates only when one node is the whole model (GenerateArtifacts' fused AdamW / SGD): that node checks
+  // everything before its first write, so a failed step changes nothing. A model of several nodes (ONNX's standard
+  // optimizer ops, or an uploaded model) could fail after a write; its results are copied back after the run.
+  if (plan.nodes.size() == 1) donated_inputs_ = std::move(updated_inputs);
   return EnsureState();
 }
 
@@ -854,6 +861,12 @@ absl::StatusOr<OptimizerStepResult> Optimizer::Step() {
     return result;
   }
 
+  // The next learning rate, computed before anything is written so that a scheduler error changes nothing.
+  float next_learning_rate = group.learning_rate;
+  if (!state.scheduler.kind.empty()) {
+    TRAIND_ASSIGN_OR_RETURN(LearningRateScheduler scheduler, LearningRateScheduler::FromState(state.scheduler));
+    TRAIND_ASSIGN_OR_RETURN(next_learning_rate, scheduler.LearningRate(group.step + 1, group.initial_learning_rate));
+  }
   const Plan& plan = session_->plan();
   std::vector<Tensor> feeds;
   feeds.reserve(plan.inputs.size());
@@ -866,7 +879,12 @@ absl::StatusOr<OptimizerStepResult> Optimizer::Step() {
     const std::map<std::string, Tensor>& states = state.optimizer->parameter_states.at(parameter.name);
     for (const std::string& name : state_names_) feeds.push_back(states.at(name));
   }
-  TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, session_->Run(feeds));
+  // Parameters and states are updated where they are: the model's fused node writes into them (donated_inputs_,
+  // see Initialize) after checking everything, so a failed run has changed nothing. Where the executor did not
+  // take a donation, the result is copied back below.
+  RunOptions run_options;
+  run_options.donated_inputs = donated_inputs_;
+  TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, session_->Run(feeds, run_options));
   const Tensor& skipped = outputs.back();
   if (skipped.dtype() != DataType::kBool || skipped.num_elements() != 1) {
     return absl::InternalError(absl::StrCat("the optimizer model's '", kSkippedName, "' is ", skipped.DebugString()));
@@ -874,12 +892,6 @@ absl::StatusOr<OptimizerStepResult> Optimizer::Step() {
   if (*skipped.data<uint8_t>() != 0) {
     result.skipped = true;
     return result;
-  }
-  // The next learning rate, computed before anything is written so that a scheduler error changes nothing.
-  float next_learning_rate = group.learning_rate;
-  if (!state.scheduler.kind.empty()) {
-    TRAIND_ASSIGN_OR_RETURN(LearningRateScheduler scheduler, LearningRateScheduler::FromState(state.scheduler));
-    TRAIND_ASSIGN_OR_RETURN(next_learning_rate, scheduler.LearningRate(group.step + 1, group.initial_learning_rate));
   }
   // Write in place: the Module's sessions read these buffers, and anyone holding a parameter sees the update.
   size_t o = 0;

@@ -219,7 +219,9 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   // Applies the accumulated gradients (Parameter::grad) to the parameters, in place, then lets the scheduler (if
-  // any) set the learning rate for the next step (ONNX Runtime: scheduler.Step() after optimizer.Step()).
+  // any) set the learning rate for the next step (ONNX Runtime: scheduler.Step() after optimizer.Step()). The
+  // optimizer model's fused node writes parameters and moments where they are (donated inputs, executor.h): no
+  // fresh buffers, no copies back.
   // FailedPrecondition when a trainable parameter has no gradient (no TrainStep since creation).
   absl::StatusOr<OptimizerStepResult> Step();
 
@@ -230,6 +232,9 @@ class Optimizer {
   // What schedulers scale (ONNX Runtime's initial_lr).
   float GetInitialLearningRate() const;
   int64_t GetStep() const;
+
+  // The compiled optimizer model's session, for benchmarks and diagnostics (profiles, pool statistics).
+  const Session& session() const { return *session_; }
 
   // InvalidArgument unless `candidate`'s optimizer section (if any) holds exactly the state this optimizer keeps
   // for its parameters (names, dtypes, shapes). Parameters are Module::CheckReplacement's business.
@@ -259,6 +264,7 @@ class Optimizer {
   std::vector<std::string> state_names_;      // per parameter, e.g. momentum0, momentum1
   std::vector<std::string> parameter_names_;  // trainable parameters, model order
   std::vector<int> parameter_indices_;        // their checkpoint indices
+  std::vector<int> donated_inputs_;           // plan inputs updated in place (parameters, states), see Initialize
 };
 
 // Loads a checkpoint into a live Module (and its Optimizer, which may be null): `candidate` replaces

@@ -3,6 +3,7 @@
 // resume, non-finite skipping, parameter buffers, schedulers, export for inference, and input validation.
 #include "engine/training/module.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -441,6 +442,42 @@ TEST(OptimizerTest, NonFiniteGradientSkipsTheStepAndChangesNothing) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_TRUE(result->skipped);
   ExpectSameState(trainer->state, before);
+}
+
+// The fused optimizer node updates the CheckpointState's tensors where they are: the optimizer session allocates
+// less than the largest parameter, and the tensors keep their buffers.
+TEST(OptimizerTest, StepsUpdateParametersAndMomentsInPlace) {
+  for (const OptimizerSpec& spec : {GoldenAdamW(), GoldenSgdNesterov()}) {
+    const Artifacts artifacts = MakeArtifacts(Case("mlp"), spec);
+    auto trainer = MakeTrainer(artifacts, 0.01f);
+    ASSERT_NE(trainer, nullptr);
+    const NamedTensors batch = ReadBatch("mlp");
+    TrainingIteration(*trainer, batch);
+    std::vector<const void*> buffers;
+    size_t largest = 0;
+    for (const Parameter& parameter : trainer->state.parameters) {
+      buffers.push_back(parameter.data.raw_data());
+      largest = std::max(largest, parameter.data.byte_size());
+      for (const auto& [name, tensor] : trainer->state.optimizer->parameter_states.at(parameter.name)) {
+        buffers.push_back(tensor.raw_data());
+      }
+    }
+    const CheckpointState before = Snapshot(trainer->state);
+    TrainingIteration(*trainer, batch);
+    const auto& pool = dynamic_cast<const CpuExecutor&>(trainer->optimizer->session().executor()).buffers();
+    EXPECT_LT(pool.peak_bytes_in_use(), largest) << "the optimizer model allocated fresh outputs";
+    size_t b = 0;
+    bool changed = false;
+    for (size_t p = 0; p < trainer->state.parameters.size(); ++p) {
+      const Parameter& parameter = trainer->state.parameters[p];
+      EXPECT_EQ(parameter.data.raw_data(), buffers[b++]);
+      changed = changed || !SameBytes(parameter.data, before.parameters[p].data);
+      for (const auto& [name, tensor] : trainer->state.optimizer->parameter_states.at(parameter.name)) {
+        EXPECT_EQ(tensor.raw_data(), buffers[b++]) << name;
+      }
+    }
+    EXPECT_TRUE(changed);
+  }
 }
 
 TEST(OptimizerTest, StepBeforeAnyTrainStepIsRefused) {
