@@ -4,37 +4,19 @@ and restarted on the same address and state."""
 
 import os
 import socket
+import sys
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
 from sklearn.datasets import load_digits
 
 import traind_client
-from daemon import Daemon, scratch_dir
+from daemon import Daemon, runfile, scratch_dir
 from traind_client.fleet import Device
 from traind_client.training import artifacts as ort_artifacts
 
-BATCH = 32
-TEST_SIZE = 352
-
-
-def mlp(hidden=64, seed=0):
-    rng = np.random.default_rng(seed)
-
-    def linear(name, fan_in, fan_out):
-        weight = rng.standard_normal((fan_out, fan_in)) * np.sqrt(2.0 / fan_in)
-        return [numpy_helper.from_array(weight.astype(np.float32), f"{name}.weight"),
-                numpy_helper.from_array(np.zeros(fan_out, np.float32), f"{name}.bias")]
-
-    graph = helper.make_graph(
-        [helper.make_node("Gemm", ["image", "fc1.weight", "fc1.bias"], ["hidden"], transB=1),
-         helper.make_node("Relu", ["hidden"], ["activation"]),
-         helper.make_node("Gemm", ["activation", "fc2.weight", "fc2.bias"], ["logits"], transB=1)],
-        "digits_mlp", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [BATCH, 64])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [BATCH, 10])],
-        linear("fc1", 64, hidden) + linear("fc2", hidden, 10))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+# The README example's model and batch (client/python/examples/train_digits.py): a 64-128-10 MLP, batches of 32.
+sys.path.insert(0, os.path.dirname(runfile("client/python/examples/train_digits.py")))
+from train_digits import BATCH, TEST_SIZE, mlp  # noqa: E402
 
 
 def digits_split():

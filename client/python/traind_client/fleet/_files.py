@@ -1,23 +1,15 @@
-"""Crash-safe files for the manager's run state: temp file, fsync, rename, fsync of the directory."""
+"""Crash-safe files for the manager's run state: the checkpoint format's atomic write (temp file, fsync, rename),
+then an fsync of the directory so that the rename itself survives a power cut."""
 
 import os
-import tempfile
+
+from traind_client._checkpoint import write_atomically as _write_file
 
 
 def write_atomically(path, data):
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=".tmp.", dir=directory)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    _write_file(path, data)
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
