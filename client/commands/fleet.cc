@@ -95,7 +95,7 @@ std::vector<CommandSpec> FleetCommands() {
               {"rounds", "N", "total rounds (required)"},
               {"state-dir", "DIR", "the manager's checkpointed run state; resumed when it holds a run"},
               {"strategy", "NAME", "fedavg (default), fedavgm, fedadam, fedmedian, fedtrimmedavg"},
-              {"server-lr", "X", "server learning rate (fedavg 1, fedavgm 1, fedadam 0.1)"},
+              {"server-lr", "X", "server learning rate (fedavg 1, fedavgm 1, fedadam 0.03)"},
               {"momentum", "X", "fedavgm: server momentum (default 0.9)"},
               {"trim", "X", "fedtrimmedavg: fraction trimmed at each end (default 0.2)"},
               {"clip-norm", "X", "clip each device's update to this L2 norm"},

@@ -185,13 +185,13 @@ class FleetDigitsTest(unittest.TestCase):
             self.assertFalse([job.job_id for job in client.list_jobs() if job.state == traind_client.v1.RUNNING])
 
     def test_server_optimizers_train_too(self):
-        for strategy in (FedAvgM(server_lr=1.0, momentum=0.5), FedAdam(server_lr=0.1)):
+        for strategy in (FedAvgM(server_lr=1.0, momentum=0.5), FedAdam()):
             history = FederatedRun(
-                [daemon.device() for daemon in self.daemons], self.artifact_dir, rounds=4, strategy=strategy,
+                [daemon.device() for daemon in self.daemons], self.artifact_dir, rounds=6, strategy=strategy,
                 batch_size=BATCH, evaluate=self.evaluator, progress=False).run()
             accuracies = [record["global"]["central_accuracy"] for record in history.rounds]
             print(f"{strategy.name}: global accuracy per round {[round(a, 3) for a in accuracies]}")
-            self.assertGreater(accuracies[-1], 0.8, strategy.name)
+            self.assertGreater(accuracies[-1], 0.85, strategy.name)
 
 
 if __name__ == "__main__":

@@ -123,7 +123,7 @@ class FedAdam(Strategy):
 
     name = "fedadam"
 
-    def __init__(self, *, server_lr=0.1, beta1=0.9, beta2=0.99, tau=1e-3, clip_norm=None):
+    def __init__(self, *, server_lr=0.03, beta1=0.9, beta2=0.99, tau=1e-3, clip_norm=None):
         super().__init__(clip_norm=clip_norm)
         if not (0 <= beta1 < 1 and 0 <= beta2 < 1 and tau > 0):
             raise ValueError("FedAdam needs 0 <= beta1, beta2 < 1 and tau > 0")
