@@ -54,6 +54,10 @@ if [[ ! -f $sysroot/.complete ]]; then
     >"$work/debs/list.txt"
   (cd "$work/debs" && apt-get download $(cat list.txt) >/dev/null 2>&1)
   for deb in "$work"/debs/*.deb; do dpkg -x "$deb" "$sysroot"; done
+  # Absolute symlinks (libz.so -> /lib/aarch64-linux-gnu/libz.so.1...) point into the sysroot, not the host.
+  while IFS= read -r link; do
+    ln -sfn "$sysroot$(readlink "$link")" "$link"
+  done < <(find "$sysroot" -type l -lname '/*')
   # What update-alternatives would have made: OpenBLAS as libblas/libopenblas, and its cblas.h.
   multiarch=$sysroot/usr/lib/aarch64-linux-gnu
   for lib in libopenblas.so libopenblas.so.0 libblas.so libblas.so.3 liblapack.so liblapack.so.3; do
