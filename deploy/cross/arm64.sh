@@ -4,9 +4,9 @@
 # on each and compare the losses. Run by hand (a full build of the engine for arm64 takes long on 2 cores): it is
 # not part of deploy/test.sh.
 #
-#   deploy/cross/arm64.sh [--steps N] [--package]
+#   deploy/cross/arm64.sh [--steps N] [--x86-bin DIR]
 #
-# --package also builds the Debian package for arm64 from the result (deploy/debian/build.sh --host-arch arm64).
+# --x86-bin DIR compares with DIR/server/traind (default: `bazel build` here, optimised).
 #
 # How: the arm64 libraries come from Debian's archive as a sysroot (dpkg --add-architecture arm64, then
 # `apt-get download` of deploy/cross/arm64-packages.txt and their arm64 dependencies, unpacked with dpkg -x; the
@@ -19,12 +19,12 @@ source_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 work=${TRAIND_ARM64_WORK:-/var/tmp/traind-arm64}
 sysroot=$work/sysroot
 steps=5
-package=0
+x86_bin=""
 while (($#)); do
   case "$1" in
     --steps) steps=$2; shift ;;
-    --package) package=1 ;;
-    *) echo "usage: deploy/cross/arm64.sh [--steps N] [--package]" >&2; exit 2 ;;
+    --x86-bin) x86_bin=$2; shift ;;
+    *) echo "usage: deploy/cross/arm64.sh [--steps N] [--x86-bin DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -94,8 +94,10 @@ arm_bin=$(cd "$source_root" && PATH=$bin:$PATH bazel --output_base="$work/bazel"
 log "built in $(($(date +%s) - started)) s: $(file -b "$arm_bin/server/traind" | cut -d, -f1-2)"
 
 # 4. Smoke test under qemu, side by side with the x86 build.
-(cd "$source_root" && bazel build //server:traind //client:trainctl >/dev/null 2>&1)
-x86_bin=$(cd "$source_root" && bazel info bazel-bin 2>/dev/null)
+if [[ -z $x86_bin ]]; then
+  (cd "$source_root" && bazel build //server:traind //client:trainctl >/dev/null 2>&1)
+  x86_bin=$(cd "$source_root" && bazel info bazel-bin 2>/dev/null)
+fi
 qemu="qemu-aarch64-static -L $sysroot"
 scratch=$(mktemp -d /tmp/traind-arm64-smoke.XXXXXX)
 pids=()
@@ -122,7 +124,7 @@ train() {  # address -> one loss per line
     --loss cross_entropy --optimizer adamw --lr 0.01 --out "$out" --json >/dev/null
   local session
   session=$("$x86_bin/client/trainctl" session create --address "$address" --artifact-dir "$out" --threads 1 \
-    --seed 1 --json | sed -n 's/.*"session_id": "\([^"]*\)".*/\1/p')
+    --seed 1 --json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["session_id"])')
   "$x86_bin/client/trainctl" train --address "$address" --session "$session" --input "input=$golden/inputs/input.npy" \
     --input "target=$golden/targets/target.npy" --steps "$steps" --json |
     /usr/bin/python3 -c 'import json, sys; [print(s["loss"]) for s in json.load(sys.stdin)["steps"]]'
@@ -143,7 +145,4 @@ print(f"largest relative difference: {worst:.2e}")
 sys.exit(0 if len(x86) == len(arm) > 0 and worst < 1e-4 else 1)
 PY
 
-if ((package)); then
-  bash "$source_root/deploy/debian/build.sh" --prebuilt "$arm_bin" --host-arch arm64 --out "$source_root/dist"
-fi
 log "ok"

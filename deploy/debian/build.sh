@@ -3,26 +3,23 @@
 #   traind_<version>_<arch>.deb                (traind, trainctl, systemd unit, /etc/traind/traind.conf)
 #   python3-traind-client_<version>_all.deb    (traind_client, with traind_client.training and .fleet)
 #
-#   deploy/debian/build.sh [--out DIR] [--prebuilt DIR] [--source-root DIR] [--host-arch ARCH]
+#   deploy/debian/build.sh [--out DIR] [--prebuilt DIR] [--source-root DIR]
 #
 # Without --prebuilt, traind and trainctl are built first with `bazel build --config=portable` (x86-64-v2: the
 # package runs on machines other than the builder; oneDNN still picks the best kernels at run time). --prebuilt
-# DIR takes DIR/server/traind and DIR/client/trainctl instead (the test suite passes the binaries it built;
-# deploy/cross/arm64.sh passes its arm64 build with --host-arch arm64). The tree is staged into a temporary
+# DIR takes DIR/server/traind and DIR/client/trainctl instead (the test suite passes the binaries it built). The tree is staged into a temporary
 # directory with deploy/debian as debian/, and dpkg-buildpackage -b runs there (it writes next to the tree).
 set -euo pipefail
 
 source_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=""
 prebuilt=""
-host_arch=""
 while (($#)); do
   case "$1" in
     --out) out=$2; shift ;;
     --prebuilt) prebuilt=$2; shift ;;
     --source-root) source_root=$2; shift ;;
-    --host-arch) host_arch=$2; shift ;;
-    *) echo "usage: deploy/debian/build.sh [--out DIR] [--prebuilt DIR] [--source-root DIR] [--host-arch ARCH]" >&2
+    *) echo "usage: deploy/debian/build.sh [--out DIR] [--prebuilt DIR] [--source-root DIR]" >&2
        exit 2 ;;
   esac
   shift
@@ -63,7 +60,7 @@ chmod 0755 "$stage/bin/"*
   xargs -0 cp --parents -t "$stage/python")
 (cd "$source_root/proto" && find traind/v1 -name '*.proto' -print0 | xargs -0 cp --parents -t "$stage/python/proto")
 
-(cd "$stage" && dpkg-buildpackage -b -us -uc ${host_arch:+--host-arch "$host_arch"} --no-check-builddeps \
+(cd "$stage" && dpkg-buildpackage -b -us -uc --no-check-builddeps \
   >"$out/build.log" 2>&1) || { cat "$out/build.log" >&2; echo "build.sh: dpkg-buildpackage failed" >&2; exit 1; }
 mv "$work"/*.deb "$out/"
 ls "$out"/*.deb
