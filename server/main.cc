@@ -15,6 +15,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "server/config_file.h"
 #include "server/logging.h"
@@ -144,6 +145,11 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("traind: a gRPC daemon that trains ONNX models.\nUsage: traind [--flag=value...]");
   absl::FlagsUsageConfig usage_config;
   usage_config.version_string = [] { return std::string("traind ") + traind::kTraindVersion + "\n"; };
+  // `traind --help` lists the daemon's own flags (absl's default matches files named after the binary, i.e. none);
+  // --helpfull adds the libraries'.
+  const auto own_flags = [](absl::string_view file) { return absl::EndsWith(file, "server/main.cc"); };
+  usage_config.contains_help_flags = own_flags;
+  usage_config.contains_helpshort_flags = own_flags;
   absl::SetFlagsUsageConfig(usage_config);
   const std::string config_path = traind::FindConfigFlag(argc, argv);
   if (!config_path.empty()) {
