@@ -104,14 +104,20 @@ absl::StatusOr<Tensor> LoadPinnedTensor(const onnx::TensorProto& tensor, DataTyp
   absl::StatusOr<Tensor> result;
   if (length > 0 && offset % static_cast<int64_t>(kTensorAlignment) == 0) {
     absl::StatusOr<std::shared_ptr<Buffer>> buffer = MapRegion(fd, offset, length);
-    if (buffer.ok()) result = Tensor(dtype, std::move(shape), *std::move(buffer), num_elements);
-    else result = buffer.status();
+    if (buffer.ok()) {
+      result = Tensor(dtype, std::move(shape), *std::move(buffer), num_elements);
+    } else {
+      result = buffer.status();
+    }
   } else {
     // The region cannot give an aligned pointer (or is empty): one read into aligned memory.
     absl::StatusOr<std::shared_ptr<Buffer>> buffer = Buffer::Allocate(static_cast<size_t>(length));
-    absl::Status read = buffer.ok() ? ReadRegion(fd, offset, length, (*buffer)->data()) : buffer.status();
-    if (read.ok()) result = Tensor(dtype, std::move(shape), *std::move(buffer), num_elements);
-    else result = PinnedError(tensor, absl::StrCat("cannot be read: ", read.message()));
+    const absl::Status read = buffer.ok() ? ReadRegion(fd, offset, length, (*buffer)->data()) : buffer.status();
+    if (read.ok()) {
+      result = Tensor(dtype, std::move(shape), *std::move(buffer), num_elements);
+    } else {
+      result = PinnedError(tensor, absl::StrCat("cannot be read: ", read.message()));
+    }
   }
   close(fd);
   return result;

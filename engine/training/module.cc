@@ -1,5 +1,7 @@
 #include "engine/training/module.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,6 +20,7 @@
 #include "engine/autodiff/gradient_builder.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/file_util.h"
+#include "engine/model/external_tensor.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/tensor_proto.h"
 #include "engine/runtime/executor.h"
@@ -499,8 +502,7 @@ absl::Status Module::CopyBufferToParameters(absl::Span<const float> buffer, bool
 
 absl::Status Module::ExportModelForInferencing(const std::string& path,
                                                const std::vector<std::string>& output_names) const {
-  TRAIND_ASSIGN_OR_RETURN(const std::string bytes, ExportInferenceModel(output_names));
-  return WriteFileAtomically(path, bytes);
+  return ExportModelForInferencing(path, output_names, InferenceExportOptions()).status();
 }
 
 std::vector<std::string> Module::DefaultInferenceOutputs() const {
@@ -516,6 +518,90 @@ std::vector<std::string> Module::DefaultInferenceOutputs() const {
 }
 
 absl::StatusOr<std::string> Module::ExportInferenceModel(const std::vector<std::string>& output_names) const {
+  std::vector<const Parameter*> embedded;
+  TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto model, InferenceModel(output_names, &embedded));
+  // Protobuf cannot serialize 2 GiB; the parameters are counted before any is copied into the model.
+  int64_t bytes_needed = static_cast<int64_t>(model.ByteSizeLong());
+  for (const Parameter* parameter : embedded) bytes_needed += static_cast<int64_t>(parameter->data.byte_size());
+  if (bytes_needed >= kMaxInlineModelBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the inference model would have ", bytes_needed, " bytes, beyond protobuf's 2 GiB: export it with its "
+        "parameters in an external data file"));
+  }
+  onnx::GraphProto* graph = model.mutable_graph();
+  for (size_t e = 0; e < embedded.size(); ++e) {
+    onnx::TensorProto* initializer = graph->mutable_initializer(graph->initializer_size() - embedded.size() + e);
+    *initializer = TensorToProto(embedded[e]->data, embedded[e]->name);
+  }
+  std::string bytes;
+  if (!model.SerializeToString(&bytes)) {
+    return absl::ResourceExhaustedError("the inference model cannot be serialized (over 2 GiB?)");
+  }
+  // What is written must load: a failure here is a bug of this function, reported before anything is written.
+  absl::StatusOr<onnx::ModelProto> check = LoadModelFromBytes(bytes);
+  if (!check.ok()) {
+    return absl::InternalError(absl::StrCat("the exported model does not load: ", check.status().message()));
+  }
+  return bytes;
+}
+
+absl::StatusOr<ExportedFiles> Module::ExportModelForInferencing(const std::string& path,
+                                                                const std::vector<std::string>& output_names,
+                                                                const InferenceExportOptions& options) const {
+  if (options.external_data_file.empty()) {
+    TRAIND_ASSIGN_OR_RETURN(const std::string bytes, ExportInferenceModel(output_names));
+    TRAIND_RETURN_IF_ERROR(WriteFileAtomically(path, bytes));
+    return ExportedFiles{path, static_cast<int64_t>(bytes.size()), Sha256Hex(bytes), "", 0, ""};
+  }
+  std::vector<const Parameter*> embedded;
+  TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto model, InferenceModel(output_names, &embedded));
+  const size_t slash = path.find_last_of('/');
+  const std::string directory = slash == std::string::npos ? "." : path.substr(0, slash);
+  if (options.external_data_file == path.substr(slash == std::string::npos ? 0 : slash + 1)) {
+    return absl::InvalidArgumentError("the external data file must not be the model file itself");
+  }
+  TRAIND_ASSIGN_OR_RETURN(std::unique_ptr<ExternalDataWriter> data,
+                          ExternalDataWriter::Create(directory, options.external_data_file));
+  onnx::GraphProto* graph = model.mutable_graph();
+  int64_t inline_bytes = static_cast<int64_t>(model.ByteSizeLong());
+  for (size_t e = 0; e < embedded.size(); ++e) {
+    onnx::TensorProto* initializer = graph->mutable_initializer(graph->initializer_size() - embedded.size() + e);
+    const Tensor& tensor = embedded[e]->data;
+    if (static_cast<int64_t>(tensor.byte_size()) >= options.external_threshold_bytes) {
+      TRAIND_RETURN_IF_ERROR(data->Append(tensor, *initializer));
+    } else {
+      *initializer = TensorToProto(tensor, embedded[e]->name);
+      inline_bytes += static_cast<int64_t>(tensor.byte_size());
+    }
+  }
+  if (inline_bytes >= kMaxInlineModelBytes) {
+    return absl::ResourceExhaustedError("the inference model's inline part exceeds 2 GiB: lower the threshold");
+  }
+  std::string bytes;
+  if (!model.SerializeToString(&bytes)) return absl::InternalError("the inference model cannot be serialized");
+  TRAIND_RETURN_IF_ERROR(data->Commit());
+  ExportedFiles files{path, static_cast<int64_t>(bytes.size()), Sha256Hex(bytes),
+                      directory + "/" + options.external_data_file, data->size_bytes(), data->sha256_hex()};
+  absl::Status written = WriteFileAtomically(path, bytes);
+  if (written.ok()) {
+    // What was written must load (references checked, data left in its file): a failure is a bug of this function.
+    LoadOptions check;
+    check.map_external_data = true;
+    absl::StatusOr<onnx::ModelProto> loaded = LoadModelFromFile(path, check);
+    if (!loaded.ok()) {
+      written = absl::InternalError(absl::StrCat("the exported model does not load: ", loaded.status().message()));
+      ::unlink(path.c_str());
+    }
+  }
+  if (!written.ok()) {
+    ::unlink(files.external_data_path.c_str());
+    return written;
+  }
+  return files;
+}
+
+absl::StatusOr<onnx::ModelProto> Module::InferenceModel(const std::vector<std::string>& output_names,
+                                                        std::vector<const Parameter*>* embedded) const {
   if (!has_eval_model()) return absl::FailedPreconditionError("this Module has no eval model to export");
   TRAIND_RETURN_IF_ERROR(CheckState());
   if (output_names.empty()) return absl::InvalidArgumentError("no output to export");
@@ -609,14 +695,22 @@ absl::StatusOr<std::string> Module::ExportInferenceModel(const std::vector<std::
   for (const auto& initializer : graph->initializer()) {
     if (needed.contains(initializer.name())) *initializers.Add() = initializer;
   }
+  // Parameters come last, as shells (name, dtype, dims): the callers fill in their data, inline or external.
+  embedded->clear();
   for (const auto& input : graph->input()) {
     if (!needed.contains(input.name())) continue;
     auto parameter = parameters.find(input.name());
     if (parameter == parameters.end()) {
       *inputs.Add() = input;
     } else {
-      *initializers.Add() = TensorToProto(parameter->second->data, parameter->second->name);
+      embedded->push_back(parameter->second);
     }
+  }
+  for (const Parameter* parameter : *embedded) {
+    onnx::TensorProto* shell = initializers.Add();
+    shell->set_name(parameter->name);
+    shell->set_data_type(static_cast<int32_t>(parameter->data.dtype()));
+    for (int64_t dim : parameter->data.shape()) shell->add_dims(dim);
   }
   graph->mutable_input()->Swap(&inputs);
   graph->mutable_initializer()->Swap(&initializers);
@@ -637,17 +731,7 @@ absl::StatusOr<std::string> Module::ExportInferenceModel(const std::vector<std::
     }
   }
   model.mutable_metadata_props()->Swap(&metadata);
-
-  std::string bytes;
-  if (!model.SerializeToString(&bytes)) {
-    return absl::ResourceExhaustedError("the inference model cannot be serialized (over 2 GiB?)");
-  }
-  // What is written must load: a failure here is a bug of this function, reported before anything is written.
-  absl::StatusOr<onnx::ModelProto> check = LoadModelFromBytes(bytes);
-  if (!check.ok()) {
-    return absl::InternalError(absl::StrCat("the exported model does not load: ", check.status().message()));
-  }
-  return bytes;
+  return model;
 }
 
 // -------------------------------------------------------------------------------------------------------------
