@@ -26,6 +26,7 @@
 #include "engine/runtime/session.h"
 #include "engine/training/checkpoint.h"
 #include "engine/training/lr_scheduler.h"
+#include "engine/training/module.h"
 #include "server/artifact_store.h"
 #include "server/compute_pool.h"
 #include "server/metrics.h"
@@ -207,12 +208,22 @@ class SessionManager {
   // Manual schedulers: the learning rate becomes the schedule's value at the current optimizer step.
   absl::StatusOr<LearningRateInfo> SchedulerStep(const Caller& caller, const std::string& session_id);
 
-  // The checkpoint file's bytes (checkpoint.h), with or without optimizer and scheduler state.
+  // The checkpoint file's bytes (checkpoint.h), with or without optimizer and scheduler state;
+  // RESOURCE_EXHAUSTED, before anything is copied, when they would exceed `max_bytes`.
   absl::StatusOr<std::string> SerializeCheckpoint(const Caller& caller, const std::string& session_id,
-                                                  bool include_optimizer_state);
+                                                  bool include_optimizer_state, int64_t max_bytes);
+  // The size of that file (nothing is copied).
+  absl::StatusOr<int64_t> CheckpointSize(const Caller& caller, const std::string& session_id,
+                                         bool include_optimizer_state);
+  // The same file written (streamed, published atomically) at `path`.
+  absl::Status SaveCheckpointFile(const Caller& caller, const std::string& session_id, bool include_optimizer_state,
+                                  const std::string& path);
   // Replaces the session's state (engine::ReplaceCheckpointState); DATA_LOSS for damaged bytes.
   absl::StatusOr<SessionInfo> LoadCheckpoint(const Caller& caller, const std::string& session_id,
                                              const std::string& checkpoint_bytes);
+  // The same from a checkpoint file, read in pieces (one copy in memory).
+  absl::StatusOr<SessionInfo> LoadCheckpointFile(const Caller& caller, const std::string& session_id,
+                                                 const std::string& path);
   absl::StatusOr<engine::PropertyBag> UpdateProperties(const Caller& caller, const std::string& session_id,
                                                        const engine::PropertyBag& set,
                                                        const std::vector<std::string>& remove);
@@ -226,6 +237,12 @@ class SessionManager {
   // The inference model (serialized ONNX); `output_names` empty keeps the eval model's outputs but the loss.
   absl::StatusOr<std::string> ExportForInference(const Caller& caller, const std::string& session_id,
                                                  const std::vector<std::string>& output_names);
+  // The inference model written at `model_path` (with its external data file beside it as `options` say): models
+  // beyond protobuf's 2 GiB.
+  absl::StatusOr<engine::ExportedFiles> ExportForInferenceFiles(const Caller& caller, const std::string& session_id,
+                                                                const std::vector<std::string>& output_names,
+                                                                const std::string& model_path,
+                                                                const engine::InferenceExportOptions& options);
 
  private:
   class Session;
@@ -237,6 +254,9 @@ class SessionManager {
   // and first checkpoint before registering it.
   absl::StatusOr<SessionInfo> Open(std::shared_ptr<Session> session, SessionModels models, const CancelledFn& cancelled,
                                    bool persist);
+  // LoadCheckpoint's second half: the checked candidate replaces the session's state.
+  absl::StatusOr<SessionInfo> ReplaceCheckpoint(const Caller& caller, const std::string& session_id,
+                                                engine::CheckpointState candidate);
   // Writes the session's checkpoint now (caller holds the session's lock); logs failures.
   absl::Status WriteCheckpoint(Session& session);
   // The session's checkpoint policy says a checkpoint is due after an optimizer step.

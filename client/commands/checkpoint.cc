@@ -302,15 +302,28 @@ absl::Status RunExport(CommandContext& context) {
   for (const std::string& name : flags.List("output")) request.add_output_names(name);
   const std::string out = flags.Required("out");
   const int64_t chunk_bytes = ChunkBytesFromFlags(flags);
+  if (flags.Has("external-data")) {
+    // The data file goes beside the model, named after it: the model references it by that name.
+    const size_t slash = out.rfind('/');
+    request.set_external_data_file((slash == std::string::npos ? out : out.substr(slash + 1)) + ".data");
+  }
   if (absl::Status errors = context.FlagErrors(); !errors.ok()) return errors;
   absl::StatusOr<bool> streamed = context.Serves("Download");
   if (!streamed.ok()) return streamed.status();
   if (*streamed) {
-    // Streamed: no message-size limit on the exported model.
+    // Streamed: no message-size limit on the exported model (nor on its external data file).
     v1::DownloadRequest download;
     *download.mutable_export_() = request;
     download.set_chunk_bytes(chunk_bytes);
-    return PrintDownload(context, DownloadToFile(context, download, out));
+    absl::StatusOr<std::vector<DownloadResult>> files = DownloadFiles(context, download, out);
+    if (!files.ok()) return files.status();
+    for (size_t f = 1; f < files->size(); ++f) {
+      context.out() << "external data: " << (*files)[f].path << " (" << (*files)[f].size_bytes << " bytes)\n";
+    }
+    return PrintDownload(context, files->front());
+  }
+  if (!request.external_data_file().empty()) {
+    return UsageError("--external-data needs a daemon that serves Download");
   }
   v1::ExportForInferenceResponse response;
   if (absl::Status status = context.Call(&Stub::ExportForInference, request, &response); !status.ok()) return status;
@@ -385,10 +398,13 @@ std::vector<CommandSpec> CheckpointCommands() {
       "export", "", "write an inference-only ONNX model with the current parameters (ExportForInference)",
       "Streamed with Download (no size limit) where the daemon serves it; checked against its SHA-256.\n"
       "JSON: {\"path\", \"size_bytes\", \"sha256_hex\"}.\n"
+      "--external-data writes the parameters to FILE.data beside FILE (ONNX external data): needed for models\n"
+      "beyond protobuf's 2 GiB.\n"
       "example: trainctl export --session s1 --out model.onnx\n",
       {SessionFlag(),
        {"out", "FILE", "the ONNX file to write"},
        {"output", "NAMES", "outputs to keep (default: the forward model's)", true},
+       {"external-data", "", "parameters in FILE.data beside FILE (models beyond 2 GiB)"},
        ChunkBytesFlag()},
       0, 0, 600, RunExport});
   return commands;

@@ -94,15 +94,15 @@ std::string Sha256Hex(absl::string_view data) {
   return sha.FinishHex();
 }
 
-absl::StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const std::string& path) {
+absl::StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const std::string& path, bool durable) {
   std::string temp_path = TempPathFor(path);
   const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create", temp_path);
-  return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, std::move(temp_path), fd));
+  return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, std::move(temp_path), fd, durable));
 }
 
-AtomicFileWriter::AtomicFileWriter(std::string path, std::string temp_path, int fd)
-    : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd) {}
+AtomicFileWriter::AtomicFileWriter(std::string path, std::string temp_path, int fd, bool durable)
+    : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd), durable_(durable) {}
 
 AtomicFileWriter::~AtomicFileWriter() {
   if (fd_ >= 0) ::close(fd_);
@@ -134,7 +134,7 @@ absl::Status AtomicFileWriter::CommitTo(const std::string& final_path) {
   if (fd_ < 0) return absl::FailedPreconditionError("writer already committed or failed");
   const int fd = fd_;
   fd_ = -1;
-  if (::fsync(fd) != 0) {
+  if (durable_ && ::fsync(fd) != 0) {
     absl::Status error = ErrnoError("cannot fsync", temp_path_);
     ::close(fd);
     return error;
@@ -142,7 +142,7 @@ absl::Status AtomicFileWriter::CommitTo(const std::string& final_path) {
   if (::close(fd) != 0) return ErrnoError("cannot close", temp_path_);
   if (std::rename(temp_path_.c_str(), final_path.c_str()) != 0) return ErrnoError("cannot rename into", final_path);
   committed_ = true;
-  return SyncDirectory(DirectoryOf(final_path));
+  return durable_ ? SyncDirectory(DirectoryOf(final_path)) : absl::OkStatus();
 }
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view content) {

@@ -72,7 +72,9 @@ class Sha256 {
 // temporary file. For data too large to hold in memory (uploaded blobs).
 class AtomicFileWriter {
  public:
-  static absl::StatusOr<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path);
+  // `durable` false skips the fsyncs (files that live only as long as a call, e.g. an export being streamed): the
+  // rename still publishes them whole.
+  static absl::StatusOr<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path, bool durable = true);
   ~AtomicFileWriter();
 
   absl::Status Append(absl::string_view data);
@@ -85,10 +87,11 @@ class AtomicFileWriter {
   absl::Status CommitTo(const std::string& final_path);
 
  private:
-  AtomicFileWriter(std::string path, std::string temp_path, int fd);
+  AtomicFileWriter(std::string path, std::string temp_path, int fd, bool durable);
   std::string path_;
   std::string temp_path_;
   int fd_;
+  bool durable_;
   bool committed_ = false;
 };
 

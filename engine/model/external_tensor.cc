@@ -124,12 +124,13 @@ absl::StatusOr<Tensor> LoadPinnedTensor(const onnx::TensorProto& tensor, DataTyp
 }
 
 absl::StatusOr<std::unique_ptr<ExternalDataWriter>> ExternalDataWriter::Create(const std::string& directory,
-                                                                             const std::string& file_name) {
+                                                                             const std::string& file_name,
+                                                                             bool durable) {
   if (file_name.empty() || file_name.find('/') != std::string::npos || file_name == "." || file_name == "..") {
     return absl::InvalidArgumentError(absl::StrCat("'", file_name, "' is not a plain file name"));
   }
   TRAIND_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFileWriter> writer,
-                          AtomicFileWriter::Create(directory + "/" + file_name));
+                          AtomicFileWriter::Create(directory + "/" + file_name, durable));
   return std::unique_ptr<ExternalDataWriter>(new ExternalDataWriter(file_name, std::move(writer)));
 }
 

@@ -55,7 +55,8 @@ class ExternalDataWriter {
  public:
   // `file_name`: a plain file name (no directory part), the location the references carry.
   static absl::StatusOr<std::unique_ptr<ExternalDataWriter>> Create(const std::string& directory,
-                                                                    const std::string& file_name);
+                                                                    const std::string& file_name,
+                                                                    bool durable = true);
   // Appends `tensor`'s bytes and sets `proto` (dtype and dims already set) to reference them.
   absl::Status Append(const Tensor& tensor, onnx::TensorProto& proto);
   // Bytes written so far and their SHA-256 (after Commit).

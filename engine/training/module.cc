@@ -561,7 +561,7 @@ absl::StatusOr<ExportedFiles> Module::ExportModelForInferencing(const std::strin
     return absl::InvalidArgumentError("the external data file must not be the model file itself");
   }
   TRAIND_ASSIGN_OR_RETURN(std::unique_ptr<ExternalDataWriter> data,
-                          ExternalDataWriter::Create(directory, options.external_data_file));
+                          ExternalDataWriter::Create(directory, options.external_data_file, options.durable));
   onnx::GraphProto* graph = model.mutable_graph();
   int64_t inline_bytes = static_cast<int64_t>(model.ByteSizeLong());
   for (size_t e = 0; e < embedded.size(); ++e) {

@@ -59,6 +59,8 @@ struct InferenceExportOptions {
   // (page-aligned, so that readers can map them), written straight from the parameters, never copied whole.
   std::string external_data_file;
   int64_t external_threshold_bytes = 1024;
+  // false: no fsync (an export that lives only while it is streamed to a client).
+  bool durable = true;
 };
 
 // What an export wrote: the model file and, with external data, the data file; sizes and SHA-256s.
