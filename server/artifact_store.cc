@@ -311,11 +311,6 @@ absl::StatusOr<StoredCheckpointInfo> ArtifactStore::CheckpointInfo(const std::st
   return info;
 }
 
-absl::StatusOr<std::string> ArtifactStore::NewScratchDirectory(const std::string& purpose) const {
-  const std::string directory = absl::StrCat(artifacts_dir_, "/", kTemporaryPrefix, purpose, "-", NewRandomId(""));
-  TRAIND_RETURN_IF_ERROR(CreateDirectory(directory));
-  return directory;
-}
 
 std::vector<StoredCheckpointInfo> ArtifactStore::ListCheckpoints() const {
   std::vector<StoredCheckpointInfo> checkpoints;

@@ -93,9 +93,6 @@ class ArtifactStore {
   // Its size and SHA-256 (read in pieces).
   absl::StatusOr<StoredCheckpointInfo> CheckpointInfo(const std::string& name) const;
   std::vector<StoredCheckpointInfo> ListCheckpoints() const;
-  // A fresh directory for files that live only during a call (an export being downloaded); the caller removes it,
-  // and Open removes what a crash left.
-  absl::StatusOr<std::string> NewScratchDirectory(const std::string& purpose) const;
   absl::Status DeleteCheckpoint(const std::string& name);
 
  private:

@@ -881,9 +881,9 @@ absl::StatusOr<std::string> SessionManager::ExportForInference(const Caller& cal
   return bytes;
 }
 
-absl::StatusOr<engine::ExportedFiles> SessionManager::ExportForInferenceFiles(
+absl::Status SessionManager::ExportForInferenceStream(
     const Caller& caller, const std::string& session_id, const std::vector<std::string>& output_names,
-    const std::string& model_path, const engine::InferenceExportOptions& options) {
+    const engine::InferenceExportOptions& options, const std::function<absl::Status(const engine::InferenceExport&)>& consume) {
   TRAIND_SESSION_CALL(session, session_id);
   if (!session->module->has_eval_model()) {
     return absl::FailedPreconditionError(
@@ -895,14 +895,15 @@ absl::StatusOr<engine::ExportedFiles> SessionManager::ExportForInferenceFiles(
     return absl::InvalidArgumentError(
         "the eval model has no output but the loss: name the values to export in output_names");
   }
-  engine::ExportedFiles files;
+  engine::InferenceExport exported;
   TRAIND_RETURN_IF_ERROR(compute_->Run(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
-        TRAIND_ASSIGN_OR_RETURN(files, session->module->ExportModelForInferencing(model_path, outputs, options));
+        TRAIND_ASSIGN_OR_RETURN(exported, session->module->ExportInference(outputs, options));
         return absl::OkStatus();
       },
       caller.cancelled));
-  return files;
+  // Still under the session's lock: the layout reads the parameters themselves, which no other call changes now.
+  return consume(exported);
 }
 
 }  // namespace traind

@@ -237,12 +237,13 @@ class SessionManager {
   // The inference model (serialized ONNX); `output_names` empty keeps the eval model's outputs but the loss.
   absl::StatusOr<std::string> ExportForInference(const Caller& caller, const std::string& session_id,
                                                  const std::vector<std::string>& output_names);
-  // The inference model written at `model_path` (with its external data file beside it as `options` say): models
-  // beyond protobuf's 2 GiB.
-  absl::StatusOr<engine::ExportedFiles> ExportForInferenceFiles(const Caller& caller, const std::string& session_id,
-                                                                const std::vector<std::string>& output_names,
-                                                                const std::string& model_path,
-                                                                const engine::InferenceExportOptions& options);
+  // The inference model with its parameters in an external data file as `options` say (models beyond protobuf's
+  // 2 GiB), handed to `consume` while the session stays locked: the data file is never written anywhere, `consume`
+  // reads it from the parameters themselves (a download streams it). Other calls on the session wait meanwhile.
+  absl::Status ExportForInferenceStream(const Caller& caller, const std::string& session_id,
+                                        const std::vector<std::string>& output_names,
+                                        const engine::InferenceExportOptions& options,
+                                        const std::function<absl::Status(const engine::InferenceExport&)>& consume);
 
  private:
   class Session;

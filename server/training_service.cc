@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
-#include <tuple>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -893,28 +892,15 @@ grpc::Status TrainingServiceImpl::DeleteCheckpoint(Context* context, const v1::D
 
 namespace {
 
-// One file of a download: its bytes in memory, or a file read in pieces.
+// One file of a download: bytes in memory, a file read in pieces, or an export's external data file read from the
+// session's parameters.
 struct DownloadPart {
   std::string file_name;
-  std::string content;  // when `path` is empty
+  std::string content;  // when neither `path` nor `layout` is set
   std::string path;
+  const engine::ExternalDataLayout* layout = nullptr;
   int64_t size_bytes = 0;
   std::string sha256_hex;  // what the header announces; a file's pieces are checked against it as they go
-};
-
-// Removes a scratch directory when the download ends, however it ends.
-class ScratchDirectory {
- public:
-  explicit ScratchDirectory(std::string path) : path_(std::move(path)) {}
-  ~ScratchDirectory() {
-    std::error_code error;
-    if (!path_.empty()) std::filesystem::remove_all(path_, error);
-  }
-  ScratchDirectory(const ScratchDirectory&) = delete;
-  ScratchDirectory& operator=(const ScratchDirectory&) = delete;
-
- private:
-  std::string path_;
 };
 
 absl::StatusOr<DownloadPart> FilePart(const std::string& file_name, const std::string& path, std::string sha256_hex) {
@@ -929,6 +915,59 @@ absl::StatusOr<DownloadPart> FilePart(const std::string& file_name, const std::s
   return part;
 }
 
+DownloadPart ContentPart(std::string file_name, std::string content) {
+  DownloadPart part;
+  part.file_name = std::move(file_name);
+  part.size_bytes = static_cast<int64_t>(content.size());
+  part.sha256_hex = engine::Sha256Hex(content);
+  part.content = std::move(content);
+  return part;
+}
+
+// Streams the parts, each after its header, in chunks of at most `chunk` bytes. CANCELLED when the client went
+// away; DATA_LOSS when a stored file no longer matches its recorded digest (the client checks too).
+absl::Status StreamParts(grpc::ServerContext* context, grpc::ServerWriter<v1::DownloadResponse>* writer, int64_t chunk,
+                         const std::vector<DownloadPart>& parts) {
+  for (const DownloadPart& part : parts) {
+    v1::DownloadResponse header;
+    header.mutable_header()->set_total_bytes(part.size_bytes);
+    header.mutable_header()->set_sha256_hex(part.sha256_hex);
+    header.mutable_header()->set_file_name(part.file_name);
+    header.mutable_header()->set_file_count(static_cast<int32_t>(parts.size()));
+    if (!writer->Write(header)) return absl::CancelledError("the client went away");
+    std::unique_ptr<engine::FileReader> file;
+    if (!part.path.empty()) {
+      TRAIND_ASSIGN_OR_RETURN(file, engine::FileReader::Open(part.path));
+      if (file->size() != part.size_bytes) {
+        return absl::DataLossError(absl::StrCat("'", part.file_name, "' changed during the download"));
+      }
+    }
+    engine::Sha256 digest;
+    v1::DownloadResponse piece;
+    for (int64_t offset = 0; offset < part.size_bytes; offset += chunk) {
+      if (context->IsCancelled()) return absl::CancelledError("the download was cancelled");
+      const size_t length = static_cast<size_t>(std::min(chunk, part.size_bytes - offset));
+      if (file != nullptr) {
+        std::string* bytes = piece.mutable_chunk();
+        bytes->resize(length);
+        TRAIND_RETURN_IF_ERROR(file->Read(bytes->data(), length));
+        digest.Update(*bytes);
+      } else if (part.layout != nullptr) {
+        std::string* bytes = piece.mutable_chunk();
+        bytes->resize(length);
+        part.layout->Read(offset, length, bytes->data());
+      } else {
+        piece.set_chunk(part.content.substr(static_cast<size_t>(offset), length));
+      }
+      if (!writer->Write(piece)) return absl::CancelledError("the client went away");
+    }
+    if (file != nullptr && digest.FinishHex() != part.sha256_hex) {
+      return absl::DataLossError(absl::StrCat("'", part.file_name, "' no longer matches its recorded digest"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 grpc::Status TrainingServiceImpl::Download(Context* context, const v1::DownloadRequest* request,
@@ -938,16 +977,13 @@ grpc::Status TrainingServiceImpl::Download(Context* context, const v1::DownloadR
   const int64_t most = std::max<int64_t>(1, limits_.max_message_bytes - 1024);
   if (request->chunk_bytes() < 0) return Fail(context, absl::InvalidArgumentError("chunk_bytes must be >= 0"));
   const int64_t chunk = std::min(most, request->chunk_bytes() == 0 ? int64_t{1} << 20 : request->chunk_bytes());
-  std::vector<DownloadPart> parts;
-  std::unique_ptr<ScratchDirectory> scratch;
-  absl::Status found = absl::OkStatus();
+  absl::Status done = absl::OkStatus();
   switch (request->source_case()) {
     case v1::DownloadRequest::kBlobId: {
       absl::StatusOr<std::string> path = call.space->blobs->Path(request->blob_id());
       absl::StatusOr<DownloadPart> part =
           path.ok() ? FilePart(request->blob_id(), *path, request->blob_id()) : path.status();
-      if (part.ok()) parts.push_back(*std::move(part));
-      found = part.status();
+      done = part.ok() ? StreamParts(context, writer, chunk, {*std::move(part)}) : part.status();
       break;
     }
     case v1::DownloadRequest::kArtifactFile: {
@@ -958,8 +994,7 @@ grpc::Status TrainingServiceImpl::Download(Context* context, const v1::DownloadR
       if (part.ok() && part->size_bytes != file->size_bytes) {
         part = absl::DataLossError(absl::StrCat("artifact file '", file->file_name, "' no longer matches its digest"));
       }
-      if (part.ok()) parts.push_back(*std::move(part));
-      found = part.status();
+      done = part.ok() ? StreamParts(context, writer, chunk, {*std::move(part)}) : part.status();
       break;
     }
     case v1::DownloadRequest::kCheckpointName: {
@@ -968,8 +1003,7 @@ grpc::Status TrainingServiceImpl::Download(Context* context, const v1::DownloadR
           info.ok() ? call.space->artifacts->ExistingCheckpointPath(request->checkpoint_name()) : info.status();
       absl::StatusOr<DownloadPart> part =
           path.ok() ? FilePart(request->checkpoint_name(), *path, info->sha256_hex) : path.status();
-      if (part.ok()) parts.push_back(*std::move(part));
-      found = part.status();
+      done = part.ok() ? StreamParts(context, writer, chunk, {*std::move(part)}) : part.status();
       break;
     }
     case v1::DownloadRequest::kExport: {
@@ -977,98 +1011,48 @@ grpc::Status TrainingServiceImpl::Download(Context* context, const v1::DownloadR
       const std::vector<std::string> outputs(export_request.output_names().begin(),
                                              export_request.output_names().end());
       if (export_request.external_data_file().empty()) {
-        DownloadPart part;
-        part.file_name = "model.onnx";
         absl::StatusOr<std::string> content =
             sessions_->ExportForInference(call.caller, export_request.session_id(), outputs);
-        if (content.ok()) {
-          part.size_bytes = static_cast<int64_t>(content->size());
-          part.sha256_hex = engine::Sha256Hex(*content);
-          part.content = *std::move(content);
-          parts.push_back(std::move(part));
-        }
-        found = content.status();
+        done = content.ok() ? StreamParts(context, writer, chunk, {ContentPart("model.onnx", *std::move(content))})
+                            : content.status();
         break;
       }
-      // The model and its external data file, written into a scratch directory and streamed one after the other.
+      // The model, then its external data file, streamed from the session's parameters under its lock: the data
+      // file is never written anywhere on the daemon.
       engine::InferenceExportOptions options;
       options.external_data_file = export_request.external_data_file();
-      options.durable = false;  // lives only while it is streamed
       if (export_request.external_data_threshold_bytes() > 0) {
         options.external_threshold_bytes = export_request.external_data_threshold_bytes();
       }
-      found = CheckStateName(options.external_data_file, "external_data_file");
-      if (found.ok() && options.external_data_file == "model.onnx") {
-        found = absl::InvalidArgumentError("external_data_file must not be 'model.onnx', the model's own name");
+      done = CheckStateName(options.external_data_file, "external_data_file");
+      if (done.ok() && options.external_data_file == "model.onnx") {
+        done = absl::InvalidArgumentError("external_data_file must not be 'model.onnx', the model's own name");
       }
-      if (!found.ok()) break;
-      absl::StatusOr<std::string> directory = call.space->artifacts->NewScratchDirectory("export");
-      if (!directory.ok()) {
-        found = directory.status();
-        break;
-      }
-      scratch = std::make_unique<ScratchDirectory>(*directory);
-      absl::StatusOr<engine::ExportedFiles> files = sessions_->ExportForInferenceFiles(
-          call.caller, export_request.session_id(), outputs, *directory + "/model.onnx", options);
-      if (!files.ok()) {
-        found = files.status();
-        break;
-      }
-      for (auto [name, path, sha] : {std::make_tuple(std::string("model.onnx"), files->model_path,
-                                                     files->model_sha256_hex),
-                                     std::make_tuple(options.external_data_file, files->external_data_path,
-                                                     files->external_data_sha256_hex)}) {
-        absl::StatusOr<DownloadPart> part = FilePart(name, path, sha);
-        if (!part.ok()) {
-          found = part.status();
-          break;
-        }
-        parts.push_back(*std::move(part));
-      }
+      if (!done.ok()) break;
+      done = sessions_->ExportForInferenceStream(
+          call.caller, export_request.session_id(), outputs, options,
+          [&](const engine::InferenceExport& exported) -> absl::Status {
+            std::vector<DownloadPart> parts = {ContentPart("model.onnx", exported.model_bytes)};
+            if (!exported.external_data.empty()) {
+              DownloadPart data;
+              data.file_name = exported.external_data.file_name();
+              data.layout = &exported.external_data;
+              data.size_bytes = exported.external_data.size_bytes();
+              data.sha256_hex = exported.external_data.Sha256Hex();
+              parts.push_back(std::move(data));
+            }
+            return StreamParts(context, writer, chunk, parts);
+          });
       break;
     }
     case v1::DownloadRequest::SOURCE_NOT_SET:
-      found = absl::InvalidArgumentError("name what to download: a blob, an artifact file, a checkpoint or an export");
+      done = absl::InvalidArgumentError("name what to download: a blob, an artifact file, a checkpoint or an export");
       break;
   }
-  if (!found.ok()) return Fail(context, found);
-  for (const DownloadPart& part : parts) {
-    v1::DownloadResponse header;
-    header.mutable_header()->set_total_bytes(part.size_bytes);
-    header.mutable_header()->set_sha256_hex(part.sha256_hex);
-    header.mutable_header()->set_file_name(part.file_name);
-    header.mutable_header()->set_file_count(static_cast<int32_t>(parts.size()));
-    if (!writer->Write(header)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-    std::unique_ptr<engine::FileReader> file;
-    if (!part.path.empty()) {
-      absl::StatusOr<std::unique_ptr<engine::FileReader>> opened = engine::FileReader::Open(part.path);
-      if (!opened.ok()) return Fail(context, opened.status());
-      file = *std::move(opened);
-      if (file->size() != part.size_bytes) {
-        return Fail(context, absl::DataLossError(absl::StrCat("'", part.file_name, "' changed during the download")));
-      }
-    }
-    engine::Sha256 digest;
-    v1::DownloadResponse piece;
-    for (int64_t offset = 0; offset < part.size_bytes; offset += chunk) {
-      if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the download was cancelled");
-      const size_t length = static_cast<size_t>(std::min(chunk, part.size_bytes - offset));
-      if (file == nullptr) {
-        piece.set_chunk(part.content.substr(static_cast<size_t>(offset), length));
-      } else {
-        std::string* bytes = piece.mutable_chunk();
-        bytes->resize(length);
-        if (absl::Status read = file->Read(bytes->data(), length); !read.ok()) return Fail(context, read);
-        digest.Update(*bytes);
-      }
-      if (!writer->Write(piece)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-    }
-    // A stored file is sent as it is on disk; damage on disk shows here (and in the client's own check).
-    if (file != nullptr && digest.FinishHex() != part.sha256_hex) {
-      return Fail(context,
-                  absl::DataLossError(absl::StrCat("'", part.file_name, "' no longer matches its recorded digest")));
-    }
+  if (done.code() == absl::StatusCode::kCancelled) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, std::string(done.message()));
   }
+  if (!done.ok()) return Fail(context, done);
   return grpc::Status::OK;
 }
 

@@ -90,16 +90,31 @@ absl::Status RunList(CommandContext& context) {
       &Stub::ListCheckpoints, v1::ListCheckpointsRequest(), PrintCheckpoints);
 }
 
+// The first file's path, size and digest; the others (an export's external data file) under "external_data".
+absl::Status PrintDownloads(CommandContext& context, const std::vector<DownloadResult>& files) {
+  google::protobuf::Struct document = Document({{"path", StringValue(files.front().path)},
+                                                {"size_bytes", NumberValue(static_cast<double>(files.front().size_bytes))},
+                                                {"sha256_hex", StringValue(files.front().sha256_hex)}});
+  if (files.size() > 1) {
+    google::protobuf::ListValue* others = (*document.mutable_fields())["external_data"].mutable_list_value();
+    for (size_t f = 1; f < files.size(); ++f) {
+      *others->add_values()->mutable_struct_value() =
+          Document({{"path", StringValue(files[f].path)},
+                    {"size_bytes", NumberValue(static_cast<double>(files[f].size_bytes))},
+                    {"sha256_hex", StringValue(files[f].sha256_hex)}});
+    }
+  }
+  context.Print(document, [&](std::ostream& out) {
+    for (const DownloadResult& file : files) {
+      out << "wrote " << file.path << " (" << FormatBytes(file.size_bytes) << ", sha256 " << file.sha256_hex << ")\n";
+    }
+  });
+  return absl::OkStatus();
+}
+
 absl::Status PrintDownload(CommandContext& context, const absl::StatusOr<DownloadResult>& downloaded) {
   if (!downloaded.ok()) return downloaded.status();
-  context.Print(Document({{"path", StringValue(downloaded->path)},
-                          {"size_bytes", NumberValue(static_cast<double>(downloaded->size_bytes))},
-                          {"sha256_hex", StringValue(downloaded->sha256_hex)}}),
-                [&](std::ostream& out) {
-                  out << "wrote " << downloaded->path << " (" << FormatBytes(downloaded->size_bytes) << ", sha256 "
-                      << downloaded->sha256_hex << ")\n";
-                });
-  return absl::OkStatus();
+  return PrintDownloads(context, {*downloaded});
 }
 
 absl::Status RunDownload(CommandContext& context) {
@@ -317,10 +332,7 @@ absl::Status RunExport(CommandContext& context) {
     download.set_chunk_bytes(chunk_bytes);
     absl::StatusOr<std::vector<DownloadResult>> files = DownloadFiles(context, download, out);
     if (!files.ok()) return files.status();
-    for (size_t f = 1; f < files->size(); ++f) {
-      context.out() << "external data: " << (*files)[f].path << " (" << (*files)[f].size_bytes << " bytes)\n";
-    }
-    return PrintDownload(context, files->front());
+    return PrintDownloads(context, *files);
   }
   if (!request.external_data_file().empty()) {
     return UsageError("--external-data needs a daemon that serves Download");
@@ -397,7 +409,8 @@ std::vector<CommandSpec> CheckpointCommands() {
   commands.push_back(CommandSpec{
       "export", "", "write an inference-only ONNX model with the current parameters (ExportForInference)",
       "Streamed with Download (no size limit) where the daemon serves it; checked against its SHA-256.\n"
-      "JSON: {\"path\", \"size_bytes\", \"sha256_hex\"}.\n"
+      "JSON: {\"path\", \"size_bytes\", \"sha256_hex\"} (with --external-data also \"external_data\": [the same of the\n"
+      "data file]).\n"
       "--external-data writes the parameters to FILE.data beside FILE (ONNX external data): needed for models\n"
       "beyond protobuf's 2 GiB.\n"
       "example: trainctl export --session s1 --out model.onnx\n",

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -123,45 +124,65 @@ absl::StatusOr<Tensor> LoadPinnedTensor(const onnx::TensorProto& tensor, DataTyp
   return result;
 }
 
-absl::StatusOr<std::unique_ptr<ExternalDataWriter>> ExternalDataWriter::Create(const std::string& directory,
-                                                                             const std::string& file_name,
-                                                                             bool durable) {
-  if (file_name.empty() || file_name.find('/') != std::string::npos || file_name == "." || file_name == "..") {
-    return absl::InvalidArgumentError(absl::StrCat("'", file_name, "' is not a plain file name"));
-  }
-  TRAIND_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFileWriter> writer,
-                          AtomicFileWriter::Create(directory + "/" + file_name, durable));
-  return std::unique_ptr<ExternalDataWriter>(new ExternalDataWriter(file_name, std::move(writer)));
-}
-
-absl::Status ExternalDataWriter::Write(absl::string_view bytes) {
-  sha256_.Update(bytes);
-  offset_ += static_cast<int64_t>(bytes.size());
-  return writer_->Append(bytes);
-}
-
-absl::Status ExternalDataWriter::Append(const Tensor& tensor, onnx::TensorProto& proto) {
-  const int64_t padding = (kExternalDataAlignment - offset_ % kExternalDataAlignment) % kExternalDataAlignment;
-  if (padding > 0) TRAIND_RETURN_IF_ERROR(Write(std::string(static_cast<size_t>(padding), '\0')));
-  const int64_t offset = offset_;
-  // Written in slices so that a huge tensor never needs a second copy.
-  constexpr size_t kSlice = size_t{64} << 20;
-  const char* bytes = static_cast<const char*>(tensor.raw_data());
-  for (size_t done = 0; done < tensor.byte_size(); done += kSlice) {
-    TRAIND_RETURN_IF_ERROR(Write(absl::string_view(bytes + done, std::min(kSlice, tensor.byte_size() - done))));
-  }
+void ExternalDataLayout::Add(const Tensor& tensor, onnx::TensorProto& proto) {
+  const int64_t offset = (size_ + kExternalDataAlignment - 1) / kExternalDataAlignment * kExternalDataAlignment;
+  segments_.push_back({offset, tensor});
+  size_ = offset + static_cast<int64_t>(tensor.byte_size());
   proto.clear_raw_data();
   proto.clear_external_data();
   proto.set_data_location(onnx::TensorProto::EXTERNAL);
   AddEntry(proto, "location", file_name_);
   AddEntry(proto, "offset", std::to_string(offset));
   AddEntry(proto, "length", std::to_string(tensor.byte_size()));
-  return absl::OkStatus();
 }
 
-absl::Status ExternalDataWriter::Commit() {
-  sha256_hex_ = sha256_.FinishHex();
-  return writer_->Commit();
+void ExternalDataLayout::Read(int64_t offset, size_t size, char* out) const {
+  std::memset(out, 0, size);
+  const int64_t end = offset + static_cast<int64_t>(size);
+  // The first segment that ends after `offset` (segments are in offset order).
+  auto it = std::upper_bound(segments_.begin(), segments_.end(), offset, [](int64_t position, const Segment& segment) {
+    return position < segment.offset + static_cast<int64_t>(segment.tensor.byte_size());
+  });
+  for (; it != segments_.end() && it->offset < end; ++it) {
+    const int64_t from = std::max(offset, it->offset);
+    const int64_t to = std::min(end, it->offset + static_cast<int64_t>(it->tensor.byte_size()));
+    if (to <= from) continue;
+    std::memcpy(out + (from - offset), static_cast<const char*>(it->tensor.raw_data()) + (from - it->offset),
+                static_cast<size_t>(to - from));
+  }
+}
+
+std::string ExternalDataLayout::Sha256Hex() const {
+  Sha256 digest;
+  std::string piece(static_cast<size_t>(std::min<int64_t>(size_, int64_t{8} << 20)), '\0');
+  for (int64_t offset = 0; offset < size_; offset += static_cast<int64_t>(piece.size())) {
+    const size_t length = static_cast<size_t>(std::min<int64_t>(size_ - offset, static_cast<int64_t>(piece.size())));
+    Read(offset, length, piece.data());
+    digest.Update(absl::string_view(piece.data(), length));
+  }
+  return digest.FinishHex();
+}
+
+absl::StatusOr<std::string> WriteExternalData(const ExternalDataLayout& layout, const std::string& directory,
+                                              bool durable) {
+  const std::string& name = layout.file_name();
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a plain file name"));
+  }
+  TRAIND_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFileWriter> file,
+                          AtomicFileWriter::Create(directory + "/" + name, durable));
+  Sha256 digest;
+  std::string piece(static_cast<size_t>(std::min<int64_t>(layout.size_bytes(), int64_t{8} << 20)), '\0');
+  for (int64_t offset = 0; offset < layout.size_bytes(); offset += static_cast<int64_t>(piece.size())) {
+    const size_t length =
+        static_cast<size_t>(std::min<int64_t>(layout.size_bytes() - offset, static_cast<int64_t>(piece.size())));
+    layout.Read(offset, length, piece.data());
+    const absl::string_view bytes(piece.data(), length);
+    digest.Update(bytes);
+    TRAIND_RETURN_IF_ERROR(file->Append(bytes));
+  }
+  TRAIND_RETURN_IF_ERROR(file->Commit());
+  return digest.FinishHex();
 }
 
 }  // namespace traind::engine

@@ -5,8 +5,9 @@
 // their files and "pins" their references (absolute path, checked offset and length, the file's identity);
 // TensorFromProto then maps such a tensor copy-on-write (MAP_PRIVATE: writes, e.g. an optimizer updating a
 // parameter in place, never reach the file) after checking that the file is still the one the loader checked.
-// Writing: ExternalDataWriter appends tensors to a data file beside a model and makes standard ONNX external
-// references to them (relative location, offset, length), each tensor's offset aligned so that a reader can map it.
+// Writing: ExternalDataLayout places tensors in a data file beside a model (each offset aligned, so that a reader
+// can map it) and makes standard ONNX external references to them (relative location, offset, length); the file's
+// bytes are produced from the tensors in pieces, to write or to stream, never copied whole.
 #ifndef TRAIND_ENGINE_MODEL_EXTERNAL_TENSOR_H_
 #define TRAIND_ENGINE_MODEL_EXTERNAL_TENSOR_H_
 
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -27,7 +29,7 @@ namespace traind::engine {
 // external_data keys starting with this are the loader's own (pinned references); models may not use them.
 inline constexpr const char* kPinnedKeyPrefix = "traind.";
 
-// Offsets ExternalDataWriter aligns tensors to (a page: any reader can map them).
+// Offsets ExternalDataLayout aligns tensors to (a page: any reader can map them).
 inline constexpr int64_t kExternalDataAlignment = 4096;
 
 struct PinnedFile {
@@ -49,31 +51,39 @@ bool IsPinnedExternal(const onnx::TensorProto& tensor);
 absl::StatusOr<Tensor> LoadPinnedTensor(const onnx::TensorProto& tensor, DataType dtype, Shape shape,
                                         int64_t num_elements);
 
-// Appends tensors to `<directory>/<file_name>` (published atomically by Commit) and turns TensorProtos into
-// external references to them.
-class ExternalDataWriter {
+// The content of an external data file made of tensors, laid out without copying them: each at an offset aligned
+// to kExternalDataAlignment (zeros between). The tensors are shared, not copied: they must not change while the
+// layout is read (an export streamed under its session's lock, or written to a file).
+class ExternalDataLayout {
  public:
-  // `file_name`: a plain file name (no directory part), the location the references carry.
-  static absl::StatusOr<std::unique_ptr<ExternalDataWriter>> Create(const std::string& directory,
-                                                                    const std::string& file_name,
-                                                                    bool durable = true);
-  // Appends `tensor`'s bytes and sets `proto` (dtype and dims already set) to reference them.
-  absl::Status Append(const Tensor& tensor, onnx::TensorProto& proto);
-  // Bytes written so far and their SHA-256 (after Commit).
-  int64_t size_bytes() const { return offset_; }
-  absl::Status Commit();
-  std::string sha256_hex() const { return sha256_hex_; }
+  ExternalDataLayout() = default;
+  // `file_name`: the location the references carry (a plain file name beside the model).
+  explicit ExternalDataLayout(std::string file_name) : file_name_(std::move(file_name)) {}
+
+  // Places `tensor` next and sets `proto` (dtype and dims already set) to reference it.
+  void Add(const Tensor& tensor, onnx::TensorProto& proto);
+  const std::string& file_name() const { return file_name_; }
+  bool empty() const { return segments_.empty(); }
+  int64_t size_bytes() const { return size_; }
+  // Bytes [offset, offset + size) of the file (tensor bytes and padding zeros).
+  void Read(int64_t offset, size_t size, char* out) const;
+  // SHA-256 of the whole content, computed in pieces.
+  std::string Sha256Hex() const;
 
  private:
-  ExternalDataWriter(std::string file_name, std::unique_ptr<AtomicFileWriter> writer)
-      : file_name_(std::move(file_name)), writer_(std::move(writer)) {}
-  absl::Status Write(absl::string_view bytes);
+  struct Segment {
+    int64_t offset = 0;
+    Tensor tensor;
+  };
   std::string file_name_;
-  std::unique_ptr<AtomicFileWriter> writer_;
-  Sha256 sha256_;
-  std::string sha256_hex_;
-  int64_t offset_ = 0;
+  std::vector<Segment> segments_;
+  int64_t size_ = 0;
 };
+
+// Writes the layout's content to `<directory>/<layout.file_name()>` (published atomically; without fsyncs unless
+// `durable`) and returns its SHA-256.
+absl::StatusOr<std::string> WriteExternalData(const ExternalDataLayout& layout, const std::string& directory,
+                                              bool durable = true);
 
 }  // namespace traind::engine
 

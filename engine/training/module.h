@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/model/external_tensor.h"
 #include "engine/runtime/session.h"
 #include "engine/training/artifacts.h"
 #include "engine/training/checkpoint.h"
@@ -71,6 +72,13 @@ struct ExportedFiles {
   std::string external_data_path;  // empty without external data
   int64_t external_data_bytes = 0;
   std::string external_data_sha256_hex;
+};
+
+// An inference model in memory: its bytes and, with external data, the layout of its data file (the parameters
+// themselves, shared, not copied: they must not change while the layout is read).
+struct InferenceExport {
+  std::string model_bytes;
+  ExternalDataLayout external_data;  // empty without external data
 };
 
 // Protobuf's limit: a serialized model (inline data) must stay below it.
@@ -154,6 +162,10 @@ class Module {
   // The same model, serialized, instead of a file. ResourceExhausted when it would reach 2 GiB (decided before
   // any parameter is copied).
   absl::StatusOr<std::string> ExportInferenceModel(const std::vector<std::string>& output_names) const;
+  // The same in memory, with its external data file as a layout over the parameters (to stream it without writing
+  // it anywhere; the state must not change meanwhile).
+  absl::StatusOr<InferenceExport> ExportInference(const std::vector<std::string>& output_names,
+                                                  const InferenceExportOptions& options) const;
   // What an inference model exports when nobody names outputs: the forward model's outputs (recorded by
   // GenerateArtifacts), else the eval model's outputs but the loss. Empty without an eval model.
   std::vector<std::string> DefaultInferenceOutputs() const;

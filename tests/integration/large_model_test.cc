@@ -14,12 +14,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "engine/core/tensor.h"
 #include "engine/io/npy.h"
 #include "engine/model/model_loader.h"
@@ -171,7 +173,10 @@ int64_t PeakRss(pid_t pid) {
 
 TEST(LargeModelTest, AModelBeyond2GiBTrainsThroughTheRpcsAndItsExportRunsInTheEngine) {
   const std::string dir = testing::MakeTempDir("large_model");
+  const absl::Time start = absl::Now();
   const int64_t weight_bytes = WriteModel(dir);
+  std::cout << "model written: " << absl::Now() - start << std::endl;
+  std::filesystem::create_directories(dir + "/export");
   ASSERT_GT(weight_bytes, int64_t{2} << 30);  // beyond what one protobuf message can hold
   WriteNpy(dir + "/x.npy", {kBatch, kWidth}, 7);
   WriteNpy(dir + "/target.npy", {kBatch, kClasses}, 8);
@@ -180,11 +185,14 @@ TEST(LargeModelTest, AModelBeyond2GiBTrainsThroughTheRpcsAndItsExportRunsInTheEn
   auto daemon = testing::DaemonProcess::Start({"--state_dir=" + state_dir, "--max_blob_bytes=8589934592",
                                                "--checkpoint_every_seconds=0", "--default_num_threads=2"});
   ASSERT_TRUE(daemon.ok()) << daemon.status();
+  absl::Time phase_start = absl::Now();
   auto ok = [&](std::vector<std::string> args) {
     args.push_back("--address=" + (*daemon)->grpc_address());
     const CommandResult result = testing::RunCommand(testing::RunfilePath("client/trainctl"), args, {},
                                                      absl::Minutes(10));
     EXPECT_EQ(result.exit_code, 0) << args[0] << " " << args[1] << "\n" << result.stdout_text << result.stderr_text;
+    std::cout << "trainctl " << args[0] << " " << args[1] << ": " << absl::Now() - phase_start << std::endl;
+    phase_start = absl::Now();
     return result.stdout_text;
   };
 
@@ -192,7 +200,7 @@ TEST(LargeModelTest, AModelBeyond2GiBTrainsThroughTheRpcsAndItsExportRunsInTheEn
   v1::GenerateArtifactsResponse artifacts;
   ASSERT_TRUE(ParseJson(ok({"artifacts", "generate", "--model", dir + "/model.onnx", "--loss", "mse", "--requires-grad",
                             absl::StrCat("w", kLayers - 1, ",b", kLayers - 1, ",head_w,head_b"),
-                            "--additional-output", "y", "--optimizer", "adamw", "--lr", "1e-3", "--json"}),
+                            "--additional-output", "y", "--optimizer", "adamw", "--lr", "1e-5", "--json"}),
                         &artifacts));
   ASSERT_EQ(artifacts.trainable_parameters_size(), 4);
   ASSERT_EQ(artifacts.frozen_parameters_size(), 2 * (kLayers - 1));
@@ -222,7 +230,9 @@ TEST(LargeModelTest, AModelBeyond2GiBTrainsThroughTheRpcsAndItsExportRunsInTheEn
                             "--external-data", "--output", "y", "--json"}),
                         &exported));
   EXPECT_LT(std::filesystem::file_size(dir + "/export/model.onnx"), 1u << 20);  // references only
-  EXPECT_GT(static_cast<int64_t>(std::filesystem::file_size(dir + "/export/model.onnx.data")), weight_bytes);
+  // Every weight but the head's bias (64 bytes: inline, under the 1 KiB threshold).
+  EXPECT_GT(static_cast<int64_t>(std::filesystem::file_size(dir + "/export/model.onnx.data")),
+            weight_bytes - (int64_t{1} << 20));
 
   // Peak memory of the whole run: the frozen weights once, the trained part with its gradients and moments.
   const int64_t peak = PeakRss((*daemon)->pid());
