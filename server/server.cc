@@ -155,8 +155,11 @@ void RestoreSessions(const SessionStore& store, TenantSpaces& spaces, SessionMan
   int restored = 0;
   for (const SessionStore::Stored& stored : store.LoadAll(&problems)) {
     absl::StatusOr<TenantSpace*> space = spaces.Get(stored.record.tenant);
+    // The session's own checkpoint replaces the artifacts' one: only one of them is read.
+    const bool from_artifacts = stored.checkpoint_path.empty();
     absl::StatusOr<SessionModels> models =
-        space.ok() ? LoadSessionModels(**space, stored.record.origin) : absl::StatusOr<SessionModels>(space.status());
+        space.ok() ? LoadSessionModels(**space, stored.record.origin, from_artifacts)
+                   : absl::StatusOr<SessionModels>(space.status());
     absl::StatusOr<SessionInfo> info =
         models.ok() ? sessions.Restore(stored, *std::move(models)) : absl::StatusOr<SessionInfo>(models.status());
     if (info.ok()) {

@@ -406,13 +406,16 @@ absl::StatusOr<SessionInfo> SessionManager::Restore(const SessionStore::Stored& 
       return absl::AlreadyExistsError(absl::StrCat("session '", stored.record.session_id, "' is already open"));
     }
   }
-  if (!stored.checkpoint.empty()) {
-    TRAIND_ASSIGN_OR_RETURN(models.checkpoint,
-                            engine::ParseCheckpoint(stored.checkpoint, absl::StrCat("session ", stored.record.session_id,
-                                                                                   "'s checkpoint")));
+  if (!stored.checkpoint_path.empty()) {
+    absl::StatusOr<engine::CheckpointState> checkpoint = engine::LoadCheckpoint(stored.checkpoint_path);
+    if (!checkpoint.ok()) {
+      return absl::Status(checkpoint.status().code(), absl::StrCat("session ", stored.record.session_id,
+                                                                   "'s checkpoint: ", checkpoint.status().message()));
+    }
+    models.checkpoint = *std::move(checkpoint);
   }
   auto session = std::make_shared<Session>(stored.record);
-  return Open(std::move(session), std::move(models), nullptr, /*persist=*/stored.checkpoint.empty());
+  return Open(std::move(session), std::move(models), nullptr, /*persist=*/stored.checkpoint_path.empty());
 }
 
 absl::StatusOr<SessionInfo> SessionManager::Open(std::shared_ptr<Session> session, SessionModels models,
@@ -439,7 +442,13 @@ absl::StatusOr<SessionInfo> SessionManager::Open(std::shared_ptr<Session> sessio
     TRAIND_ASSIGN_OR_RETURN(session->manual_scheduler,
                             engine::LearningRateScheduler::FromState(session->record.manual_scheduler));
   }
-  if (store_ != nullptr && persist) {
+  if (store_ != nullptr && persist && models.checkpoint_from_origin) {
+    // The state is its origin's checkpoint (plus a fresh optimizer, which a restore makes again): the record alone
+    // brings it back, and a model of gigabytes is not written again before its first step.
+    TRAIND_RETURN_IF_ERROR(store_->WriteRecord(session->record));
+    session->checkpoint_step = 0;
+    session->checkpoint_time = absl::Now();
+  } else if (store_ != nullptr && persist) {
     TRAIND_RETURN_IF_ERROR(store_->WriteRecord(session->record));
     TRAIND_RETURN_IF_ERROR(WriteCheckpoint(*session));
   } else if (store_ != nullptr) {
@@ -463,8 +472,7 @@ absl::Status SessionManager::WriteCheckpoint(Session& session) ABSL_NO_THREAD_SA
     if (!parameter.data.defined()) options.nominal = true;
   }
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::string> bytes = engine::SerializeCheckpoint(session.state, options);
-  absl::Status written = bytes.ok() ? store_->WriteCheckpoint(session.tenant(), session.id(), *bytes) : bytes.status();
+  const absl::Status written = store_->WriteCheckpoint(session.tenant(), session.id(), session.state, options);
   if (metrics_ != nullptr) metrics_->RecordCheckpointSave(absl::ToDoubleSeconds(absl::Now() - start), written.ok());
   if (!written.ok()) {
     LogError("session checkpoint failed", {{"session", session.id()}, {"error", std::string(written.message())}});
@@ -742,16 +750,43 @@ absl::StatusOr<LearningRateInfo> SessionManager::SchedulerStep(const Caller& cal
   return info;
 }
 
-absl::StatusOr<std::string> SessionManager::SerializeCheckpoint(const Caller& caller, const std::string& session_id,
-                                                                bool include_optimizer_state) {
-  TRAIND_SESSION_CALL(session, session_id);
+namespace {
+
+engine::CheckpointSaveOptions SaveOptionsFor(const engine::CheckpointState& state, bool include_optimizer_state) {
   engine::CheckpointSaveOptions options;
   options.include_optimizer_state = include_optimizer_state;
   // A nominal state (shapes only, before SetParameters) is saved as such.
-  for (const engine::Parameter& parameter : session->state.parameters) {
+  for (const engine::Parameter& parameter : state.parameters) {
     if (!parameter.data.defined()) options.nominal = true;
   }
+  return options;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> SessionManager::SerializeCheckpoint(const Caller& caller, const std::string& session_id,
+                                                                bool include_optimizer_state, int64_t max_bytes) {
+  TRAIND_SESSION_CALL(session, session_id);
+  const engine::CheckpointSaveOptions options = SaveOptionsFor(session->state, include_optimizer_state);
+  // Refused before a byte is copied: a large model's checkpoint is stored by name and downloaded in pieces.
+  TRAIND_ASSIGN_OR_RETURN(const int64_t size, engine::SerializedCheckpointSize(session->state, options));
+  if (size > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("the checkpoint has ", size, " bytes, more than the ", max_bytes,
+                                                     " a message may carry: save it by name and download it"));
+  }
   return engine::SerializeCheckpoint(session->state, options);
+}
+
+absl::StatusOr<int64_t> SessionManager::CheckpointSize(const Caller& caller, const std::string& session_id,
+                                                       bool include_optimizer_state) {
+  TRAIND_SESSION_CALL(session, session_id);
+  return engine::SerializedCheckpointSize(session->state, SaveOptionsFor(session->state, include_optimizer_state));
+}
+
+absl::Status SessionManager::SaveCheckpointFile(const Caller& caller, const std::string& session_id,
+                                                bool include_optimizer_state, const std::string& path) {
+  TRAIND_SESSION_CALL(session, session_id);
+  return engine::SaveCheckpoint(path, session->state, SaveOptionsFor(session->state, include_optimizer_state));
 }
 
 absl::StatusOr<SessionInfo> SessionManager::LoadCheckpoint(const Caller& caller, const std::string& session_id,
@@ -759,6 +794,22 @@ absl::StatusOr<SessionInfo> SessionManager::LoadCheckpoint(const Caller& caller,
   // Parsed (and its digest checked) before the session is locked: a damaged file costs the session nothing.
   TRAIND_ASSIGN_OR_RETURN(engine::CheckpointState candidate,
                           engine::ParseCheckpoint(checkpoint_bytes, "the checkpoint to load"));
+  return ReplaceCheckpoint(caller, session_id, std::move(candidate));
+}
+
+absl::StatusOr<SessionInfo> SessionManager::LoadCheckpointFile(const Caller& caller, const std::string& session_id,
+                                                               const std::string& path) {
+  // Read in pieces (one copy) and its digest checked before the session is locked.
+  absl::StatusOr<engine::CheckpointState> candidate = engine::LoadCheckpoint(path);
+  if (!candidate.ok()) {
+    return absl::Status(candidate.status().code(),
+                        absl::StrCat("the checkpoint to load: ", candidate.status().message()));
+  }
+  return ReplaceCheckpoint(caller, session_id, *std::move(candidate));
+}
+
+absl::StatusOr<SessionInfo> SessionManager::ReplaceCheckpoint(const Caller& caller, const std::string& session_id,
+                                                              engine::CheckpointState candidate) {
   TRAIND_SESSION_CALL(session, session_id);
   TRAIND_RETURN_IF_ERROR(
       engine::ReplaceCheckpointState(std::move(candidate), *session->module, session->optimizer.get()));
@@ -1170,6 +1221,30 @@ absl::StatusOr<int> SessionManager::ReleaseForward(const Caller& caller, const s
   }
   session->RefreshSnapshot();
   return released;
+
+absl::Status SessionManager::ExportForInferenceStream(
+    const Caller& caller, const std::string& session_id, const std::vector<std::string>& output_names,
+    const engine::InferenceExportOptions& options, const std::function<absl::Status(const engine::InferenceExport&)>& consume) {
+  TRAIND_SESSION_CALL(session, session_id);
+  if (!session->module->has_eval_model()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session '", session_id, "' has no eval model, which the inference model is made from"));
+  }
+  std::vector<std::string> outputs = output_names;
+  if (outputs.empty()) outputs = session->module->DefaultInferenceOutputs();
+  if (outputs.empty()) {
+    return absl::InvalidArgumentError(
+        "the eval model has no output but the loss: name the values to export in output_names");
+  }
+  engine::InferenceExport exported;
+  TRAIND_RETURN_IF_ERROR(compute_->Run(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        TRAIND_ASSIGN_OR_RETURN(exported, session->module->ExportInference(outputs, options));
+        return absl::OkStatus();
+      },
+      caller.cancelled));
+  // Still under the session's lock: the layout reads the parameters themselves, which no other call changes now.
+  return consume(exported);
 }
 
 }  // namespace traind

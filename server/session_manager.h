@@ -27,6 +27,7 @@
 #include "engine/runtime/session.h"
 #include "engine/training/checkpoint.h"
 #include "engine/training/lr_scheduler.h"
+#include "engine/training/module.h"
 #include "server/artifact_store.h"
 #include "server/compute_pool.h"
 #include "server/metrics.h"
@@ -267,12 +268,22 @@ class SessionManager {
   // Forward handles held and their bytes, by tenant (for the traind_forward_handle* gauges).
   std::map<std::string, std::pair<int64_t, int64_t>> ForwardHandlesByTenant() const;
 
-  // The checkpoint file's bytes (checkpoint.h), with or without optimizer and scheduler state.
+  // The checkpoint file's bytes (checkpoint.h), with or without optimizer and scheduler state;
+  // RESOURCE_EXHAUSTED, before anything is copied, when they would exceed `max_bytes`.
   absl::StatusOr<std::string> SerializeCheckpoint(const Caller& caller, const std::string& session_id,
-                                                  bool include_optimizer_state);
+                                                  bool include_optimizer_state, int64_t max_bytes);
+  // The size of that file (nothing is copied).
+  absl::StatusOr<int64_t> CheckpointSize(const Caller& caller, const std::string& session_id,
+                                         bool include_optimizer_state);
+  // The same file written (streamed, published atomically) at `path`.
+  absl::Status SaveCheckpointFile(const Caller& caller, const std::string& session_id, bool include_optimizer_state,
+                                  const std::string& path);
   // Replaces the session's state (engine::ReplaceCheckpointState); DATA_LOSS for damaged bytes.
   absl::StatusOr<SessionInfo> LoadCheckpoint(const Caller& caller, const std::string& session_id,
                                              const std::string& checkpoint_bytes);
+  // The same from a checkpoint file, read in pieces (one copy in memory).
+  absl::StatusOr<SessionInfo> LoadCheckpointFile(const Caller& caller, const std::string& session_id,
+                                                 const std::string& path);
   absl::StatusOr<engine::PropertyBag> UpdateProperties(const Caller& caller, const std::string& session_id,
                                                        const engine::PropertyBag& set,
                                                        const std::vector<std::string>& remove);
@@ -286,6 +297,13 @@ class SessionManager {
   // The inference model (serialized ONNX); `output_names` empty keeps the eval model's outputs but the loss.
   absl::StatusOr<std::string> ExportForInference(const Caller& caller, const std::string& session_id,
                                                  const std::vector<std::string>& output_names);
+  // The inference model with its parameters in an external data file as `options` say (models beyond protobuf's
+  // 2 GiB), handed to `consume` while the session stays locked: the data file is never written anywhere, `consume`
+  // reads it from the parameters themselves (a download streams it). Other calls on the session wait meanwhile.
+  absl::Status ExportForInferenceStream(const Caller& caller, const std::string& session_id,
+                                        const std::vector<std::string>& output_names,
+                                        const engine::InferenceExportOptions& options,
+                                        const std::function<absl::Status(const engine::InferenceExport&)>& consume);
 
  private:
   class Session;
@@ -297,6 +315,9 @@ class SessionManager {
   // and first checkpoint before registering it.
   absl::StatusOr<SessionInfo> Open(std::shared_ptr<Session> session, SessionModels models, const CancelledFn& cancelled,
                                    bool persist);
+  // LoadCheckpoint's second half: the checked candidate replaces the session's state.
+  absl::StatusOr<SessionInfo> ReplaceCheckpoint(const Caller& caller, const std::string& session_id,
+                                                engine::CheckpointState candidate);
   // Writes the session's checkpoint now (caller holds the session's lock); logs failures.
   absl::Status WriteCheckpoint(Session& session);
   // The session's checkpoint policy says a checkpoint is due after an optimizer step.

@@ -18,6 +18,10 @@
 
 namespace traind {
 
+// Bounds on a ModelSource's external data map (each entry names an uploaded blob).
+inline constexpr int kMaxExternalDataFiles = 4096;
+inline constexpr size_t kMaxExternalDataLocationBytes = 4096;
+
 struct ServiceLimits {
   int64_t max_message_bytes = 0;
   int64_t max_sessions = 0;

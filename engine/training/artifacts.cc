@@ -1217,11 +1217,12 @@ absl::Status WriteArtifacts(const Artifacts& artifacts, const std::string& direc
       !artifacts.optimizer_model.SerializeToString(&optimizer)) {
     return absl::InvalidArgumentError("an artifact model cannot be serialized (over 2 GiB?)");
   }
-  TRAIND_ASSIGN_OR_RETURN(std::string checkpoint, SerializeCheckpoint(artifacts.checkpoint));
+  TRAIND_RETURN_IF_ERROR(ValidateCheckpointState(artifacts.checkpoint, /*allow_shape_only=*/false));
   TRAIND_RETURN_IF_ERROR(WriteFileAtomically(base + "training_model.onnx", training));
   TRAIND_RETURN_IF_ERROR(WriteFileAtomically(base + "eval_model.onnx", eval));
   TRAIND_RETURN_IF_ERROR(WriteFileAtomically(base + "optimizer_model.onnx", optimizer));
-  return WriteFileAtomically(base + "checkpoint", checkpoint);
+  // Streamed: the parameters (possibly mapped from the forward model's external data) are never copied whole.
+  return SaveCheckpoint(base + "checkpoint", artifacts.checkpoint);
 }
 
 }  // namespace traind::engine

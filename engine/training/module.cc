@@ -1,5 +1,7 @@
 #include "engine/training/module.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,6 +20,7 @@
 #include "engine/autodiff/gradient_builder.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/file_util.h"
+#include "engine/model/external_tensor.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/tensor_proto.h"
 #include "engine/runtime/executor.h"
@@ -542,8 +545,7 @@ absl::Status Module::CopyBufferToParameters(absl::Span<const float> buffer, bool
 
 absl::Status Module::ExportModelForInferencing(const std::string& path,
                                                const std::vector<std::string>& output_names) const {
-  TRAIND_ASSIGN_OR_RETURN(const std::string bytes, ExportInferenceModel(output_names));
-  return WriteFileAtomically(path, bytes);
+  return ExportModelForInferencing(path, output_names, InferenceExportOptions()).status();
 }
 
 std::vector<std::string> Module::DefaultInferenceOutputs() const {
@@ -559,6 +561,106 @@ std::vector<std::string> Module::DefaultInferenceOutputs() const {
 }
 
 absl::StatusOr<std::string> Module::ExportInferenceModel(const std::vector<std::string>& output_names) const {
+  TRAIND_ASSIGN_OR_RETURN(InferenceExport exported, ExportInference(output_names, InferenceExportOptions()));
+  return std::move(exported.model_bytes);
+}
+
+absl::StatusOr<InferenceExport> Module::ExportInference(const std::vector<std::string>& output_names,
+                                                        const InferenceExportOptions& options) const {
+  std::vector<const Parameter*> embedded;
+  TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto model, InferenceModel(output_names, &embedded));
+  const std::string& data_file = options.external_data_file;
+  if (!data_file.empty() && (data_file.find('/') != std::string::npos || data_file == "." || data_file == "..")) {
+    return absl::InvalidArgumentError(absl::StrCat("external data file '", data_file, "' is not a plain file name"));
+  }
+  InferenceExport exported;
+  exported.external_data = ExternalDataLayout(data_file);
+  onnx::GraphProto* graph = model.mutable_graph();
+  const int first = graph->initializer_size() - static_cast<int>(embedded.size());
+  // Which parameters go inline, counted before any is copied: protobuf cannot serialize 2 GiB.
+  int64_t inline_bytes = static_cast<int64_t>(model.ByteSizeLong());
+  std::vector<bool> external(embedded.size(), false);
+  for (size_t e = 0; e < embedded.size(); ++e) {
+    const int64_t bytes = static_cast<int64_t>(embedded[e]->data.byte_size());
+    external[e] = !data_file.empty() && bytes >= options.external_threshold_bytes;
+    if (!external[e]) inline_bytes += bytes;
+  }
+  if (inline_bytes >= kMaxInlineModelBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the inference model would have ", inline_bytes, " bytes inline, beyond protobuf's 2 GiB: export its "
+        "parameters to an external data file"));
+  }
+  // What is written must load: the graph (with the parameters as typed inputs, their data aside) is checked before
+  // any parameter is copied. A failure here is a bug of this function, reported before anything is written.
+  {
+    onnx::ModelProto check = model;
+    onnx::GraphProto* check_graph = check.mutable_graph();
+    check_graph->mutable_initializer()->DeleteSubrange(first, static_cast<int>(embedded.size()));
+    for (const Parameter* parameter : embedded) {
+      onnx::ValueInfoProto* input = check_graph->add_input();
+      input->set_name(parameter->name);
+      auto* type = input->mutable_type()->mutable_tensor_type();
+      type->set_elem_type(static_cast<int32_t>(parameter->data.dtype()));
+      for (int64_t dim : parameter->data.shape()) type->mutable_shape()->add_dim()->set_dim_value(dim);
+    }
+    absl::StatusOr<onnx::ModelProto> loaded = LoadModelFromBytes(check.SerializeAsString());
+    if (!loaded.ok()) {
+      return absl::InternalError(absl::StrCat("the exported model does not load: ", loaded.status().message()));
+    }
+  }
+  for (size_t e = 0; e < embedded.size(); ++e) {
+    onnx::TensorProto* initializer = graph->mutable_initializer(first + static_cast<int>(e));
+    if (external[e]) {
+      exported.external_data.Add(embedded[e]->data, *initializer);
+    } else {
+      *initializer = TensorToProto(embedded[e]->data, embedded[e]->name);
+    }
+  }
+  if (!model.SerializeToString(&exported.model_bytes)) {
+    return absl::InternalError("the inference model cannot be serialized");
+  }
+  return exported;
+}
+
+absl::StatusOr<ExportedFiles> Module::ExportModelForInferencing(const std::string& path,
+                                                                const std::vector<std::string>& output_names,
+                                                                const InferenceExportOptions& options) const {
+  const size_t slash = path.find_last_of('/');
+  const std::string directory = slash == std::string::npos ? "." : path.substr(0, slash);
+  if (!options.external_data_file.empty() &&
+      options.external_data_file == path.substr(slash == std::string::npos ? 0 : slash + 1)) {
+    return absl::InvalidArgumentError("the external data file must not be the model file itself");
+  }
+  TRAIND_ASSIGN_OR_RETURN(InferenceExport exported, ExportInference(output_names, options));
+  ExportedFiles files{path, static_cast<int64_t>(exported.model_bytes.size()), Sha256Hex(exported.model_bytes),
+                      "", 0, ""};
+  if (!exported.external_data.empty()) {
+    // The data file first: a model never references a file that is not there.
+    TRAIND_ASSIGN_OR_RETURN(files.external_data_sha256_hex,
+                            WriteExternalData(exported.external_data, directory, options.durable));
+    files.external_data_path = directory + "/" + exported.external_data.file_name();
+    files.external_data_bytes = exported.external_data.size_bytes();
+  }
+  absl::Status written = WriteFileAtomically(path, exported.model_bytes);
+  if (written.ok() && !exported.external_data.empty()) {
+    // References checked against the written data file (which stays in its file: nothing is read).
+    LoadOptions check;
+    check.map_external_data = true;
+    absl::StatusOr<onnx::ModelProto> loaded = LoadModelFromFile(path, check);
+    if (!loaded.ok()) {
+      written = absl::InternalError(absl::StrCat("the exported model does not load: ", loaded.status().message()));
+      ::unlink(path.c_str());
+    }
+  }
+  if (!written.ok()) {
+    if (!files.external_data_path.empty()) ::unlink(files.external_data_path.c_str());
+    return written;
+  }
+  return files;
+}
+
+absl::StatusOr<onnx::ModelProto> Module::InferenceModel(const std::vector<std::string>& output_names,
+                                                        std::vector<const Parameter*>* embedded) const {
   if (!has_eval_model()) return absl::FailedPreconditionError("this Module has no eval model to export");
   TRAIND_RETURN_IF_ERROR(CheckState());
   if (output_names.empty()) return absl::InvalidArgumentError("no output to export");
@@ -639,14 +741,22 @@ absl::StatusOr<std::string> Module::ExportInferenceModel(const std::vector<std::
   for (const auto& initializer : graph->initializer()) {
     if (needed.contains(initializer.name())) *initializers.Add() = initializer;
   }
+  // Parameters come last, as shells (name, dtype, dims): the callers fill in their data, inline or external.
+  embedded->clear();
   for (const auto& input : graph->input()) {
     if (!needed.contains(input.name())) continue;
     auto parameter = parameters.find(input.name());
     if (parameter == parameters.end()) {
       *inputs.Add() = input;
     } else {
-      *initializers.Add() = TensorToProto(parameter->second->data, parameter->second->name);
+      embedded->push_back(parameter->second);
     }
+  }
+  for (const Parameter* parameter : *embedded) {
+    onnx::TensorProto* shell = initializers.Add();
+    shell->set_name(parameter->name);
+    shell->set_data_type(static_cast<int32_t>(parameter->data.dtype()));
+    for (int64_t dim : parameter->data.shape()) shell->add_dims(dim);
   }
   graph->mutable_input()->Swap(&inputs);
   graph->mutable_initializer()->Swap(&initializers);
@@ -667,17 +777,7 @@ absl::StatusOr<std::string> Module::ExportInferenceModel(const std::vector<std::
     }
   }
   model.mutable_metadata_props()->Swap(&metadata);
-
-  std::string bytes;
-  if (!model.SerializeToString(&bytes)) {
-    return absl::ResourceExhaustedError("the inference model cannot be serialized (over 2 GiB?)");
-  }
-  // What is written must load: a failure here is a bug of this function, reported before anything is written.
-  absl::StatusOr<onnx::ModelProto> check = LoadModelFromBytes(bytes);
-  if (!check.ok()) {
-    return absl::InternalError(absl::StrCat("the exported model does not load: ", check.status().message()));
-  }
-  return bytes;
+  return model;
 }
 
 // -------------------------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/model/external_tensor.h"
 #include "engine/runtime/session.h"
 #include "engine/training/artifacts.h"
 #include "engine/training/checkpoint.h"
@@ -68,6 +69,37 @@ struct BackwardResult {
   NamedTensors input_gradients;      // the requested ones, in request order
   NamedTensors parameter_gradients;  // this pass's gradients of the trainable parameters (checkpoint order), when asked
 };
+
+// Where ExportModelForInferencing puts the parameters.
+struct InferenceExportOptions {
+  // Empty: every parameter inline in the model (which must then stay under protobuf's 2 GiB). Else a plain file
+  // name beside the model: parameters of at least `external_threshold_bytes` go there as ONNX external data
+  // (page-aligned, so that readers can map them), written straight from the parameters, never copied whole.
+  std::string external_data_file;
+  int64_t external_threshold_bytes = 1024;
+  // false: no fsync (an export that lives only while it is streamed to a client).
+  bool durable = true;
+};
+
+// What an export wrote: the model file and, with external data, the data file; sizes and SHA-256s.
+struct ExportedFiles {
+  std::string model_path;
+  int64_t model_bytes = 0;
+  std::string model_sha256_hex;
+  std::string external_data_path;  // empty without external data
+  int64_t external_data_bytes = 0;
+  std::string external_data_sha256_hex;
+};
+
+// An inference model in memory: its bytes and, with external data, the layout of its data file (the parameters
+// themselves, shared, not copied: they must not change while the layout is read).
+struct InferenceExport {
+  std::string model_bytes;
+  ExternalDataLayout external_data;  // empty without external data
+};
+
+// Protobuf's limit: a serialized model (inline data) must stay below it.
+inline constexpr int64_t kMaxInlineModelBytes = (int64_t{1} << 31) - 1;
 
 class Module {
  public:
@@ -173,8 +205,19 @@ class Module {
   // passes LoadModelFromFile. InvalidArgument for an empty, repeated or unknown output name or the loss;
   // FailedPrecondition without an eval model or parameter data.
   absl::Status ExportModelForInferencing(const std::string& path, const std::vector<std::string>& output_names) const;
-  // The same model, serialized, instead of a file.
+  // The same, with the parameters in an external data file beside the model when `options` say so (models whose
+  // parameters exceed protobuf's 2 GiB). Both files are published atomically, the data file first; the model is
+  // checked to load (references only; the data stays in its file) before this returns.
+  absl::StatusOr<ExportedFiles> ExportModelForInferencing(const std::string& path,
+                                                          const std::vector<std::string>& output_names,
+                                                          const InferenceExportOptions& options) const;
+  // The same model, serialized, instead of a file. ResourceExhausted when it would reach 2 GiB (decided before
+  // any parameter is copied).
   absl::StatusOr<std::string> ExportInferenceModel(const std::vector<std::string>& output_names) const;
+  // The same in memory, with its external data file as a layout over the parameters (to stream it without writing
+  // it anywhere; the state must not change meanwhile).
+  absl::StatusOr<InferenceExport> ExportInference(const std::vector<std::string>& output_names,
+                                                  const InferenceExportOptions& options) const;
   // What an inference model exports when nobody names outputs: the forward model's outputs (recorded by
   // GenerateArtifacts), else the eval model's outputs but the loss. Empty without an eval model.
   std::vector<std::string> DefaultInferenceOutputs() const;
@@ -233,6 +276,10 @@ class Module {
   absl::StatusOr<std::vector<Tensor>> Feeds(const CompiledModel& compiled, const NamedTensors& inputs,
                                             bool reset, bool check_shapes = true) const;
   static NamedTensors UserOutputs(const CompiledModel& compiled, std::vector<Tensor>& outputs);
+  // The inference model with the parameters it needs as its last initializers, without data (name, dtype, dims),
+  // in `embedded`'s order: the exports fill them in, inline or as external data.
+  absl::StatusOr<onnx::ModelProto> InferenceModel(const std::vector<std::string>& output_names,
+                                                  std::vector<const Parameter*>* embedded) const;
   static std::vector<GraphValue> UserInputs(const CompiledModel& compiled);
 
   CheckpointState* state_;
