@@ -1221,6 +1221,7 @@ absl::StatusOr<int> SessionManager::ReleaseForward(const Caller& caller, const s
   }
   session->RefreshSnapshot();
   return released;
+}
 
 absl::Status SessionManager::ExportForInferenceStream(
     const Caller& caller, const std::string& session_id, const std::vector<std::string>& output_names,
