@@ -58,6 +58,10 @@ ABSL_FLAG(int, max_rpc_threads, 256,
 ABSL_FLAG(int, max_waiting_calls_per_session, 8,
           "Calls that may wait for one session (its calls run one at a time); past that, RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_dataset_bytes, int64_t{4} << 30, "Largest dataset a training job loads, in bytes.");
+ABSL_FLAG(int64_t, session_memory_budget, 0,
+          "Bytes one session may hold and allocate (parameters, gradients, optimizer state, every run's tensors); "
+          "models and steps that need more are refused with RESOURCE_EXHAUSTED before they allocate. Also bounds "
+          "decoding one model. 0: half of this machine's memory.");
 ABSL_FLAG(std::vector<std::string>, data_dir, {},
           "Directories (comma-separated) whose files training jobs may read by a relative local_path.");
 ABSL_FLAG(std::string, ready_file, "",
@@ -92,6 +96,7 @@ traind::ServerOptions OptionsFromFlags() {
   options.max_waiting_calls_per_session = absl::GetFlag(FLAGS_max_waiting_calls_per_session);
   options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_bytes);
   options.data_dirs = absl::GetFlag(FLAGS_data_dir);
+  options.session_memory_budget = absl::GetFlag(FLAGS_session_memory_budget);
   return options;
 }
 

@@ -150,6 +150,8 @@ struct SessionLimits {
   // sessions together; past that, RESOURCE_EXHAUSTED at once. 0: no limit. A call admitted is never refused later
   // for want of room, so refusals are immediate.
   int64_t max_admitted_calls = 0;
+  // Each session's memory budget (engine::ModuleOptions::memory_budget_bytes); 0: unlimited.
+  int64_t memory_budget_bytes = 0;
 };
 
 class SessionManager {

@@ -81,7 +81,14 @@ absl::Status ResolveExternalData(onnx::TensorProto& tensor, const std::string& b
   }
   for (size_t i = 0; i < components.size(); ++i) {
     const bool last = i + 1 == components.size();
-    const int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? 0 : O_DIRECTORY);
+    // The file itself must be regular before it is opened: opening a FIFO blocks until a writer comes (forever),
+    // opening a device may act on it. O_NONBLOCK as well, for what is swapped in between the check and the open.
+    struct stat before;
+    if (last && fstatat(fd.get(), components[i].c_str(), &before, AT_SYMLINK_NOFOLLOW) == 0 &&
+        !S_ISREG(before.st_mode)) {
+      return ExternalError(tensor, absl::StrCat("'", location, "' is not a regular file"));
+    }
+    const int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? O_NONBLOCK : O_DIRECTORY);
     const int next = openat(fd.get(), components[i].c_str(), flags);
     if (next < 0) {
       const int err = errno;
