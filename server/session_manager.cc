@@ -424,6 +424,7 @@ absl::StatusOr<SessionInfo> SessionManager::Open(std::shared_ptr<Session> sessio
   engine::ModuleOptions module_options;
   module_options.num_threads = session->record.num_threads;
   module_options.random_seed = session->record.seed;
+  module_options.memory_budget_bytes = limits_.memory_budget_bytes;
   session->state = std::move(models.checkpoint);
   TRAIND_RETURN_IF_ERROR(compute_->Run(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/core/memory_budget.h"
 #include "engine/runtime/cpu_executor.h"
 #include "engine/runtime/plan.h"
 
@@ -23,6 +24,13 @@ struct SessionOptions {
   ThreadPool* threads = nullptr;
   // Non-zero: random draws (Dropout without a seed attribute) repeat exactly across sessions with this seed.
   uint64_t random_seed = 0;
+  // Null: unlimited. Otherwise the plan's constants are counted against it, Create refuses a plan whose peak
+  // (PlanMemory) does not fit what is left, and every run allocates from a pool bound to it (kResourceExhausted
+  // before an allocation that does not fit). Several sessions may share one budget.
+  std::shared_ptr<MemoryBudget> memory_budget;
+  // Added to the plan's peak in Create's check: memory the caller will hold while runs allocate (the previous
+  // step's gradients of a training model).
+  int64_t extra_resident_bytes = 0;
 };
 
 class Session {
@@ -30,8 +38,9 @@ class Session {
   // `model` must come from LoadModelFromBytes/File (validated). Uses a CpuExecutor.
   static absl::StatusOr<std::unique_ptr<Session>> Create(const onnx::ModelProto& model,
                                                          const SessionOptions& options = {});
-  Session(std::shared_ptr<const Plan> plan, std::unique_ptr<Executor> executor)
-      : plan_(std::move(plan)), executor_(std::move(executor)) {}
+  Session(std::shared_ptr<const Plan> plan, std::unique_ptr<Executor> executor,
+          MemoryReservation constants = MemoryReservation())
+      : plan_(std::move(plan)), executor_(std::move(executor)), constants_(std::move(constants)) {}
 
   const Plan& plan() const { return *plan_; }
   // For benchmarks and diagnostics (profiles, pool statistics).
@@ -51,6 +60,7 @@ class Session {
  private:
   std::shared_ptr<const Plan> plan_;
   std::unique_ptr<Executor> executor_;
+  MemoryReservation constants_;  // the plan's constants, in the budget
 };
 
 }  // namespace traind::engine
