@@ -105,6 +105,34 @@ TEST(ModelLoaderTest, RejectsAGraphOutputNothingProduces) {
   EXPECT_TRUE(LoadBytes(model).ok()) << LoadBytes(model);
 }
 
+// onnx 1.12's ConvTranspose inference reads W's dim 1 without checking W's rank (found by train_fuzzer): the guard
+// in front of it (onnx_inference_guards.cc) refuses the model instead.
+TEST(ModelLoaderTest, RejectsAConvTransposeWeightOfTheWrongRank) {
+  onnx::ModelProto model = ValidModel(17);
+  auto* graph = model.mutable_graph();
+  graph->clear_node();
+  graph->clear_initializer();
+  auto* x_shape = graph->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  x_shape->clear_dim();
+  for (int64_t dim : {1, 2, 4, 4}) x_shape->add_dim()->set_dim_value(dim);
+  auto* y_shape = graph->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  y_shape->clear_dim();
+  for (const char* dim : {"n", "c", "h", "w"}) y_shape->add_dim()->set_dim_param(dim);
+  auto* w = graph->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(2);
+  w->set_raw_data(std::string(8, '\0'));
+  auto* node = graph->add_node();
+  node->set_op_type("ConvTranspose");
+  node->add_input("x");
+  node->add_input("w");
+  node->add_output("y");
+  absl::Status status = LoadBytes(model);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("ConvTranspose: W has rank 1"), std::string::npos) << status;
+}
+
 TEST(ModelLoaderTest, RejectsTruncatedBytes) {
   const std::string bytes = ValidModel().SerializeAsString();
   auto result = LoadModelFromBytes(bytes.substr(0, bytes.size() - 7));
