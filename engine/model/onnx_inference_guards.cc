@@ -20,16 +20,44 @@ int KnownRank(onnx::InferenceContext& ctx, size_t index) {
   return type->tensor_type().shape().dim_size();
 }
 
-// ConvTranspose reads W's dim 1 (output channels) whenever X has rank >= 2 (crash-convtranspose-weight-rank-1,
-// train_fuzzer). The kernel needs W of X's rank anyway.
-void ConvTransposeRanks(onnx::InferenceContext& ctx) {
-  const int x_rank = KnownRank(ctx, 0);
-  const int w_rank = KnownRank(ctx, 1);
+// Window attributes that onnx's convPoolShapeInference divides by (strides: SIGFPE,
+// crash-conv-stride-0, train_fuzzer) or that size its per-axis loops: every one must be positive.
+void PositiveWindowAttributes(onnx::InferenceContext& ctx) {
+  for (const char* name : {"strides", "dilations", "kernel_shape"}) {
+    const onnx::AttributeProto* attribute = ctx.getAttribute(name);
+    if (attribute == nullptr) continue;
+    for (int64_t value : attribute->ints()) {
+      if (value <= 0) fail_shape_inference("attribute '", name, "' holds ", value, "; every value must be positive");
+    }
+  }
+}
+
+// Inputs `x` and `w` of a convolution: onnx reads W's dim 1 (ConvTranspose; crash-convtranspose-weight-rank-1,
+// train_fuzzer) or W's trailing dims as the kernel and then X's dim 2 + i and the dilations for each of them
+// (Conv), so both must have the same rank, at least 3; the kernels need that anyway.
+void SameRankWindowInputs(onnx::InferenceContext& ctx, size_t x, size_t w, const char* x_name, const char* w_name) {
+  const int x_rank = KnownRank(ctx, x);
+  const int w_rank = KnownRank(ctx, w);
   if (x_rank < 0 || w_rank < 0) return;
   if (w_rank != x_rank || x_rank < 3) {
-    fail_shape_inference("ConvTranspose: W has rank ", w_rank, " and X rank ", x_rank,
+    fail_shape_inference(w_name, " has rank ", w_rank, " and ", x_name, " rank ", x_rank,
                          "; both must be the same, at least 3");
   }
+}
+
+void ConvInputs(onnx::InferenceContext& ctx) {
+  PositiveWindowAttributes(ctx);
+  SameRankWindowInputs(ctx, 0, 1, "X", "W");
+}
+
+void QLinearConvInputs(onnx::InferenceContext& ctx) {  // x, x_scale, x_zero_point, w, ...
+  PositiveWindowAttributes(ctx);
+  SameRankWindowInputs(ctx, 0, 3, "x", "w");
+}
+
+void MaxUnpoolInputs(onnx::InferenceContext& ctx) {  // reads I's dim 1 as the channels
+  PositiveWindowAttributes(ctx);
+  SameRankWindowInputs(ctx, 0, 1, "X", "I");
 }
 
 struct Guard {
@@ -38,7 +66,15 @@ struct Guard {
 };
 
 constexpr Guard kGuards[] = {
-    {"ConvTranspose", ConvTransposeRanks},
+    {"Conv", ConvInputs},
+    {"ConvInteger", ConvInputs},
+    {"ConvTranspose", ConvInputs},
+    {"QLinearConv", QLinearConvInputs},
+    {"AveragePool", PositiveWindowAttributes},
+    {"MaxPool", PositiveWindowAttributes},
+    {"LpPool", PositiveWindowAttributes},
+    {"MaxRoiPool", PositiveWindowAttributes},
+    {"MaxUnpool", MaxUnpoolInputs},
 };
 
 }  // namespace
