@@ -754,5 +754,21 @@ TEST(GradientBuilderTest, AnAxisOutsideTheRankIsRefusedNotIndexed) {
   }
 }
 
+// Also found by train_fuzzer: a Transpose perm that is no permutation indexed the inverse out of bounds.
+TEST(GradientBuilderTest, ATransposePermThatIsNoPermutationIsRefused) {
+  for (const std::vector<int64_t>& perm : std::vector<std::vector<int64_t>>{{0, 5}, {1, 1}, {-1, 0}, {0}}) {
+    ModelBuilder b;
+    b.Input("x", {2, 3});
+    ModelBuilder::IntsAttr(b.Node("Transpose", {"x"}, "y"), "perm", perm);
+    ModelBuilder::IntAttr(b.Node("ReduceSum", {"y"}, "loss"), "keepdims", 0);
+    b.Output("loss");
+    b.Output("y", {3, 2});  // what shape inference cannot say, so that the rule of the loss gets through
+    auto result = BuildGradientModel(b.model(), {"loss", {"x"}});
+    ASSERT_FALSE(result.ok()) << perm[0];
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+    EXPECT_THAT(result.status().message(), HasSubstr("perm")) << result.status();
+  }
+}
+
 }  // namespace
 }  // namespace traind::engine

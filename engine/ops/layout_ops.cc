@@ -139,8 +139,19 @@ absl::Status TransposeGradient(GradientRuleContext& g) {
     TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
     for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) perm.push_back(d);
   }
-  std::vector<int64_t> inverse(perm.size());
-  for (size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = static_cast<int64_t>(d);
+  // Shape inference does not always check perm (found by train_fuzzer): it must be a permutation of the axes.
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> input_shape, g.PartialShape(g.I(0)));
+  const int64_t rank = static_cast<int64_t>(input_shape.size());
+  std::vector<int64_t> inverse(perm.size(), -1);
+  bool is_permutation = static_cast<int64_t>(perm.size()) == rank;
+  for (size_t d = 0; is_permutation && d < perm.size(); ++d) {
+    is_permutation = perm[d] >= 0 && perm[d] < rank && inverse[perm[d]] < 0;
+    if (is_permutation) inverse[perm[d]] = static_cast<int64_t>(d);
+  }
+  if (!is_permutation) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(g.Label(), ": attribute 'perm' is not a permutation of the ", rank, " axes of its input"));
+  }
   onnx::NodeProto* node = g.Emit("Transpose", {g.GO(0)}, {g.GI(0)});
   auto* attribute = node->add_attribute();
   attribute->set_name("perm");
