@@ -68,7 +68,7 @@ ABSL_FLAG(bool, profile, false, "Also print the time per op type (forward / back
 ABSL_FLAG(std::string, dump, "", "Directory for losses.npy, grads/*.npy (first step), params/*.npy (final).");
 ABSL_FLAG(bool, json, false, "Print one JSON line instead of text.");
 ABSL_FLAG(bool, report_phases, false,
-          "Print the process's memory (VmRSS, its anonymous and file-backed parts, VmHWM) after each phase: loading, "
+          "Print the process's memory (VmRSS, its anonymous and file-backed parts, VmHWM) and page faults after each phase: loading, "
           "GenerateArtifacts, Module and Optimizer set-up, the first step, the warm-up, the timed steps.");
 
 namespace traind::engine {
@@ -89,6 +89,9 @@ void ReportPhase(const char* phase) {
     }
   }
   std::fclose(status);
+  rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  absl::StrAppend(&line_out, " minor page faults:", usage.ru_minflt);
   std::fprintf(stderr, "%s\n", line_out.c_str());
 }
 

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "engine/runtime/cpu_executor.h"
@@ -126,6 +127,19 @@ TEST(RuntimeTest, KeepsTheModelsOrderButRunsShapeQueriesEarly) {
   // b dies with its last reader, Abs, not at the end.
   ASSERT_EQ((*plan)->nodes[3].release_after.size(), 1u);
   EXPECT_EQ((*plan)->slot_names[(*plan)->nodes[3].release_after[0]], "b");
+}
+
+// A session's pool keeps what its runs need (twice the plan's peak, at least 1 GiB), so that a run needing more than
+// 1 GiB does not give its buffers back to the system after every run and fault them in again.
+TEST(RuntimeTest, APoolCachesTwiceThePlansPeak) {
+  PlanMemory small;
+  small.peak_bytes = 10 << 20;
+  EXPECT_EQ(PoolCacheBytes(small), size_t{1} << 30);
+  PlanMemory large;
+  large.peak_bytes = int64_t{3} << 30;
+  EXPECT_EQ(PoolCacheBytes(large), size_t{6} << 30);
+  large.peak_bytes = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(PoolCacheBytes(large), std::numeric_limits<size_t>::max());
 }
 
 TEST(RuntimeTest, RejectsCyclesAndUnsupportedOps) {
