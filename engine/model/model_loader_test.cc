@@ -87,6 +87,24 @@ void MakeExternal(onnx::ModelProto& model, const std::string& location, int64_t 
 
 TEST(ModelLoaderTest, AcceptsValidModel) { EXPECT_TRUE(LoadBytes(ValidModel()).ok()); }
 
+// The onnx checker lets this through and onnx's IR import (the version converter) crashes on it (found by
+// loss_graph_fuzzer): an output nothing produces is refused by the loader, naming it.
+TEST(ModelLoaderTest, RejectsAGraphOutputNothingProduces) {
+  onnx::ModelProto model = ValidModel();
+  model.mutable_graph()->mutable_output(0)->set_name("loss");
+  absl::Status status = LoadBytes(model);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("graph output 'loss'"), std::string::npos) << status;
+  // An output that is a graph input or an initializer is produced.
+  model = ValidModel();
+  for (const char* name : {"w", "x"}) {
+    onnx::ValueInfoProto* output = model.mutable_graph()->add_output();
+    *output = model.graph().output(0);
+    output->set_name(name);
+  }
+  EXPECT_TRUE(LoadBytes(model).ok()) << LoadBytes(model);
+}
+
 TEST(ModelLoaderTest, RejectsTruncatedBytes) {
   const std::string bytes = ValidModel().SerializeAsString();
   auto result = LoadModelFromBytes(bytes.substr(0, bytes.size() - 7));
