@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -66,9 +67,33 @@ ABSL_FLAG(double, min_time, 3.0, "Seconds of timed steps, at least.");
 ABSL_FLAG(bool, profile, false, "Also print the time per op type (forward / backward) and optimizer, profiled.");
 ABSL_FLAG(std::string, dump, "", "Directory for losses.npy, grads/*.npy (first step), params/*.npy (final).");
 ABSL_FLAG(bool, json, false, "Print one JSON line instead of text.");
+ABSL_FLAG(bool, report_phases, false,
+          "Print the process's memory (VmRSS, its anonymous and file-backed parts, VmHWM) and page faults after each phase: loading, "
+          "GenerateArtifacts, Module and Optimizer set-up, the first step, the warm-up, the timed steps.");
 
 namespace traind::engine {
 namespace {
+
+// With --report_phases: one line to stderr with the /proc/self/status memory figures after `phase`.
+void ReportPhase(const char* phase) {
+  if (!absl::GetFlag(FLAGS_report_phases)) return;
+  std::FILE* status = std::fopen("/proc/self/status", "r");
+  if (status == nullptr) return;
+  std::string line_out = absl::StrCat("phase ", phase, ":");
+  char line[256];
+  while (std::fgets(line, sizeof(line), status) != nullptr) {
+    for (const char* key : {"VmHWM:", "VmRSS:", "RssAnon:", "RssFile:"}) {
+      if (std::strncmp(line, key, std::strlen(key)) != 0) continue;
+      long kb = 0;
+      if (std::sscanf(line + std::strlen(key), "%ld", &kb) == 1) absl::StrAppend(&line_out, " ", key, kb / 1024, "MB");
+    }
+  }
+  std::fclose(status);
+  rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  absl::StrAppend(&line_out, " minor page faults:", usage.ru_minflt);
+  std::fprintf(stderr, "%s\n", line_out.c_str());
+}
 
 // "mse", "cross_entropy", "l1", "bce_with_logits", or "w*kind:output:target,..." into loss terms. `default_output` / `default_target` fill
 // a term that names neither.
@@ -150,6 +175,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(int threads) {
   LoadOptions load_options;
   load_options.map_external_data = true;
   TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto forward, LoadModelFromFile(absl::GetFlag(FLAGS_model), load_options));
+  ReportPhase("loaded");
   TRAIND_ASSIGN_OR_RETURN(NamedTensors data, ReadNamedNpys(absl::GetFlag(FLAGS_input), "input"));
   TRAIND_ASSIGN_OR_RETURN(NamedTensors targets, ReadNamedNpys(absl::GetFlag(FLAGS_target), "target"));
   if (forward.graph().output_size() == 0) return absl::InvalidArgumentError("the model has no outputs");
@@ -181,14 +207,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(int threads) {
   }
   spec.max_grad_norm = static_cast<float>(absl::GetFlag(FLAGS_max_grad_norm));
   TRAIND_ASSIGN_OR_RETURN(Artifacts artifacts, GenerateArtifacts(forward, options));
+  ReportPhase("artifacts");
 
   auto trainer = std::make_unique<Trainer>();
   trainer->state = artifacts.checkpoint;
   trainer->trainable = artifacts.trainable;
   ModuleOptions module_options;
   module_options.num_threads = threads;
+  ReportPhase("checkpoint state");
   TRAIND_ASSIGN_OR_RETURN(trainer->module, Module::Create(artifacts, &trainer->state, module_options));
+  ReportPhase("module");
   TRAIND_ASSIGN_OR_RETURN(trainer->optimizer, Optimizer::Create(artifacts.optimizer_model, trainer->module.get()));
+  ReportPhase("optimizer");
   std::map<std::string, Tensor> by_name(data.begin(), data.end());
   for (const auto& [name, tensor] : targets) by_name[name] = tensor;
   for (const std::string& name : trainer->module->TrainingInputNames()) {
@@ -278,6 +308,7 @@ int Main() {
   absl::StatusOr<std::unique_ptr<Trainer>> made = MakeTrainer(threads);
   if (!made.ok()) return Fail(made.status());
   Trainer& trainer = **made;
+  ReportPhase("set-up done (artifacts released)");
   const std::string dump = absl::GetFlag(FLAGS_dump);
 
   std::vector<float> losses;
@@ -289,11 +320,13 @@ int Main() {
     }));
     if (!std::isfinite(loss)) return absl::InternalError(absl::StrCat("loss is ", loss, " at step ", trainer.step));
     losses.push_back(loss);
+    if (first) ReportPhase("first step");
     return absl::OkStatus();
   };
   for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) {
     if (absl::Status status = step(); !status.ok()) return Fail(status);
   }
+  ReportPhase("warm-up");
   std::vector<double> ms;
   const auto start = std::chrono::steady_clock::now();
   while (static_cast<int>(ms.size()) < absl::GetFlag(FLAGS_steps) ||
@@ -306,6 +339,7 @@ int Main() {
     ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
   if (ms.empty()) return Fail(absl::InvalidArgumentError("no timed steps (--steps 0 and --min_time 0)"));
+  ReportPhase("timed steps");
   if (!dump.empty()) {
     absl::StatusOr<Tensor> loss_tensor =
         Tensor::FromVector<float>({static_cast<int64_t>(losses.size())}, losses);

@@ -1,6 +1,8 @@
 #include "engine/autodiff/gradient_builder.h"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -158,11 +160,108 @@ class Builder {
       output->set_name(GradientName(parameter));
       *output->mutable_type() = types_.at(parameter);
     }
+    RecomputeCheapForwardValues(num_forward_nodes);
     ImportTraindDomainIfUsed();
     return std::move(model_);
   }
 
  private:
+  // Elementwise ops without attributes that cost one pass over their output and give the same bits every time.
+  static bool IsCheapElementwise(const onnx::NodeProto& node) {
+    static const auto* const kOps =
+        new absl::flat_hash_set<std::string>{"Add", "Sub", "Mul", "Div", "Neg", "Erf", "Tanh", "Sigmoid"};
+    return (node.domain().empty() || node.domain() == "ai.onnx") && kOps->contains(node.op_type()) &&
+           node.output_size() == 1 && node.attribute_size() == 0;
+  }
+
+  // Rematerialisation of cheap values. A forward value the backward pass reads stays alive from the forward pass to
+  // its last backward reader, across every later layer's forward and backward. When a short chain of cheap
+  // elementwise ops (IsCheapElementwise, at most kMaxRecomputedChain long) makes it from values that stay alive
+  // anyway — graph inputs, initializers, constants, tiny values, and values the backward pass reads itself — the
+  // chain is run again in the backward pass, right before the value's first backward reader, and the forward value
+  // dies with its last forward reader. PyTorch's exported GELU, x * 0.5 * (1 + erf(x / sqrt(2))), is the case that
+  // matters: its gradient would keep x / sqrt(2) and 1 + erf(...) beside x, three activations of the feed-forward
+  // width where x alone suffices. The recomputation gives the same bits as the forward pass (same kernels, same
+  // inputs), and since an elementwise op's output is at least as large as each of its inputs, the values it extends
+  // the life of are never larger than the one it frees.
+  void RecomputeCheapForwardValues(int num_forward_nodes) {
+    constexpr int kMaxRecomputedChain = 3;
+    constexpr int64_t kTinyElements = 1024;
+    absl::flat_hash_map<std::string, int> forward_producer;
+    for (int n = 0; n < num_forward_nodes; ++n) {
+      for (const auto& output : graph_.node(n).output()) {
+        if (!output.empty()) forward_producer[output] = n;
+      }
+    }
+    absl::flat_hash_set<std::string> read_by_backward;
+    for (int n = num_forward_nodes; n < graph_.node_size(); ++n) {
+      for (const auto& input : graph_.node(n).input()) {
+        if (forward_producer.contains(input)) read_by_backward.insert(input);
+      }
+    }
+    absl::flat_hash_set<std::string> graph_outputs;
+    for (const auto& output : graph_.output()) graph_outputs.insert(output.name());
+    auto always_alive = [&](const std::string& value) {
+      auto producer = forward_producer.find(value);
+      if (producer == forward_producer.end()) return true;  // a graph input or an initializer
+      if (graph_.node(producer->second).op_type() == "Constant" || graph_outputs.contains(value)) return true;
+      const ValueFacts* facts = Facts(value);
+      if (facts == nullptr || !facts->has_static_shape) return false;
+      int64_t elements = 1;
+      for (int64_t dim : facts->dims) elements *= dim;
+      return elements <= kTinyElements;
+    };
+    // The length of the cheap chain that remakes each recomputable forward value (in forward order, so inputs come
+    // first).
+    absl::flat_hash_map<std::string, int> chain_length;
+    for (int n = 0; n < num_forward_nodes; ++n) {
+      const onnx::NodeProto& node = graph_.node(n);
+      if (!IsCheapElementwise(node) || node.output(0).empty() || graph_outputs.contains(node.output(0))) continue;
+      int length = 1;
+      bool recomputable = true;
+      for (const auto& input : node.input()) {
+        if (input.empty()) {
+          recomputable = false;
+        } else if (auto chained = chain_length.find(input); chained != chain_length.end()) {
+          length = std::max(length, chained->second + 1);
+        } else if (!always_alive(input) && !read_by_backward.contains(input)) {
+          recomputable = false;
+        }
+      }
+      if (recomputable && length <= kMaxRecomputedChain) chain_length[node.output(0)] = length;
+    }
+    bool any = false;
+    for (const std::string& value : read_by_backward) any |= chain_length.contains(value);
+    if (!any) return;
+
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+    for (int n = 0; n < num_forward_nodes; ++n) *nodes.Add() = graph_.node(n);
+    absl::flat_hash_map<std::string, std::string> recomputed;  // forward value -> its backward copy
+    std::function<std::string(const std::string&)> recompute = [&](const std::string& value) -> std::string {
+      if (auto done = recomputed.find(value); done != recomputed.end()) return done->second;
+      onnx::NodeProto copy = graph_.node(forward_producer.at(value));
+      copy.set_name(absl::StrCat(copy.name().empty() ? copy.op_type() : copy.name(), "_Grad/Recompute"));
+      for (int i = 0; i < copy.input_size(); ++i) {
+        if (chain_length.contains(copy.input(i))) copy.set_input(i, recompute(copy.input(i)));
+      }
+      const std::string name = TempName(value + "_recomputed");
+      copy.set_output(0, name);
+      *nodes.Add() = std::move(copy);
+      recomputed[value] = name;
+      return name;
+    };
+    for (int n = num_forward_nodes; n < graph_.node_size(); ++n) {
+      onnx::NodeProto node = graph_.node(n);
+      for (int i = 0; i < node.input_size(); ++i) {
+        if (read_by_backward.contains(node.input(i)) && chain_length.contains(node.input(i))) {
+          node.set_input(i, recompute(node.input(i)));
+        }
+      }
+      *nodes.Add() = std::move(node);
+    }
+    graph_.mutable_node()->Swap(&nodes);
+  }
+
   // Rules may emit fused gradient ops of traind's own domain; the model must then import it.
   void ImportTraindDomainIfUsed() {
     if (opsets_.count(kTraindTrainingDomain) > 0) return;

@@ -704,6 +704,47 @@ TEST(GradientBuilderTest, GatherOfOneSliceMatchesFiniteDifferences) {
   }
 }
 
+// PyTorch's exported GELU, x * 0.5 * (1 + erf(x / sqrt(2))): its gradient needs x / sqrt(2) (Erf's) and
+// 1 + erf(...) (Mul's) beside x, but the backward pass recomputes both from x instead of keeping them from the
+// forward pass, and the gradients stay exact.
+TEST(GradientBuilderTest, CheapElementwiseValuesAreRecomputedInTheBackwardPassNotKept) {
+  ModelBuilder b;
+  b.Input("in", {4, 8});
+  b.Input("W", {8, 300});
+  b.Input("bias", {300});
+  b.ScalarInitializer("sqrt2", std::sqrt(2.0));
+  b.ScalarInitializer("one", 1.0);
+  b.ScalarInitializer("half", 0.5);
+  b.Node("MatMul", {"in", "W"}, "mm");
+  b.Node("Add", {"mm", "bias"}, "x");
+  b.Node("Div", {"x", "sqrt2"}, "scaled");
+  b.Node("Erf", {"scaled"}, "erf");
+  b.Node("Add", {"erf", "one"}, "one_plus_erf");
+  b.Node("Mul", {"x", "one_plus_erf"}, "x_times");
+  b.Node("Mul", {"x_times", "half"}, "gelu");
+  b.Node("Mul", {"gelu", "gelu"}, "squared");
+  ModelBuilder::IntAttr(b.Node("ReduceSum", {"squared"}, "loss"), "keepdims", 0);
+  b.Output("loss");
+  ExpectGradientsMatchFiniteDifferences(b, {"bias"}, RandomInputs(b, 3, /*positive=*/false));
+
+  auto gradient_model = BuildGradientModel(b.model(), {"loss", {"bias"}});
+  ASSERT_TRUE(gradient_model.ok()) << gradient_model.status();
+  const int forward_nodes = b.model().graph().node_size();
+  bool reads_x = false;
+  int recomputed = 0;
+  for (int n = forward_nodes; n < gradient_model->graph().node_size(); ++n) {
+    const onnx::NodeProto& node = gradient_model->graph().node(n);
+    recomputed += node.name().find("_Grad/Recompute") != std::string::npos;
+    for (const std::string& input : node.input()) {
+      reads_x |= input == "x";
+      EXPECT_NE(input, "scaled") << node.name() << " reads a forward value it could recompute";
+      EXPECT_NE(input, "one_plus_erf") << node.name() << " reads a forward value it could recompute";
+    }
+  }
+  EXPECT_TRUE(reads_x);
+  EXPECT_EQ(recomputed, 3);  // Div, Erf, Add: once each
+}
+
 TEST(GradientBuilderTest, AnOpWithoutAGradientRuleOnThePathIsReportedWithTheParametersItBlocks) {
   ModelBuilder b;
   b.Input("x", {2});

@@ -1,8 +1,10 @@
 #include "engine/runtime/plan.h"
 
 #include <algorithm>
-#include <deque>
+#include <functional>
+#include <utility>
 #include <limits>
+#include <queue>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -121,19 +123,32 @@ class Compiler {
         consumers[it->second].push_back(i);
       }
     }
-    // A FIFO seeded in model order keeps the model's order when it is already topological.
-    std::deque<int> ready;
+    // The ready node that comes first in the model, so that a model already in topological order keeps its order:
+    // that order is the memory plan the graph's author chose. A training graph computes a backward node that reads
+    // only forward values (a transpose of an activation, a reshape of a layer's input) where its gradient rule put
+    // it, in the backward pass; a FIFO would run it as soon as its inputs exist, in the forward pass, and keep its
+    // output alive across every later layer's forward and backward. The exception: Shape and Size run as soon as
+    // they can. Their outputs are a few integers, but a gradient rule's Shape of an activation (to reshape or
+    // reduce a gradient back to it) would otherwise keep the whole activation alive until the backward pass.
+    auto is_shape_query = [&](int i) {
+      const onnx::NodeProto& node = graph_.node(i);
+      return (node.domain().empty() || node.domain() == "ai.onnx") &&
+             (node.op_type() == "Shape" || node.op_type() == "Size");
+    };
+    using Priority = std::pair<bool, int>;  // (not a shape query, model index): smallest first
+    std::priority_queue<Priority, std::vector<Priority>, std::greater<Priority>> ready;
+    auto make_ready = [&](int i) { ready.emplace(!is_shape_query(i), i); };
     for (int i = 0; i < num_nodes; ++i) {
-      if (pending_inputs[i] == 0) ready.push_back(i);
+      if (pending_inputs[i] == 0) make_ready(i);
     }
     std::vector<int> order;
     order.reserve(num_nodes);
     while (!ready.empty()) {
-      const int node = ready.front();
-      ready.pop_front();
+      const int node = ready.top().second;
+      ready.pop();
       order.push_back(node);
       for (int consumer : consumers[node]) {
-        if (--pending_inputs[consumer] == 0) ready.push_back(consumer);
+        if (--pending_inputs[consumer] == 0) make_ready(consumer);
       }
     }
     if (static_cast<int>(order.size()) != num_nodes) {

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "engine/runtime/cpu_executor.h"
@@ -26,14 +27,20 @@ onnx::NodeProto* AddNode(onnx::GraphProto* graph, const char* op, std::vector<st
   return node;
 }
 
-// A chain x -> Exp -> Neg -> Sqrt(abs) ... -> y, nodes listed in reverse order.
-onnx::ModelProto ChainModel() {
+// An opset-13 model with a graph input x and a graph output y (of dynamic length), and no nodes yet.
+onnx::ModelProto ModelFromXToY() {
   onnx::ModelProto model;
   model.set_ir_version(8);
   model.add_opset_import()->set_version(13);
+  AddFloatValue(model.mutable_graph()->add_input(), "x");
+  AddFloatValue(model.mutable_graph()->add_output(), "y");
+  return model;
+}
+
+// A chain x -> Exp -> Neg -> Sqrt(abs) ... -> y, nodes listed in reverse order.
+onnx::ModelProto ChainModel() {
+  onnx::ModelProto model = ModelFromXToY();
   auto* graph = model.mutable_graph();
-  AddFloatValue(graph->add_input(), "x");
-  AddFloatValue(graph->add_output(), "y");
   AddNode(graph, "Add", {"c", "x"}, "y");
   AddNode(graph, "Abs", {"b"}, "c");
   AddNode(graph, "Neg", {"a"}, "b");
@@ -97,6 +104,42 @@ TEST(RuntimeTest, IntermediatesReturnToThePoolAndGetReused) {
   auto x = *Tensor::FromVector<float>({4}, {1, 2, 3, 4});
   ASSERT_TRUE(executor.Run(**plan, {x}).ok());
   EXPECT_GT(executor.buffers().reuse_count(), 0u);
+}
+
+// A model already in topological order runs in its order — a training graph's backward node reading a forward
+// value (t) stays in the backward pass, where a FIFO schedule would run it, and keep its output, during the forward
+// pass — except for Shape and Size, which run as soon as their input exists so as not to keep it alive.
+TEST(RuntimeTest, KeepsTheModelsOrderButRunsShapeQueriesEarly) {
+  onnx::ModelProto model = ModelFromXToY();
+  auto* graph = model.mutable_graph();
+  AddNode(graph, "Exp", {"x"}, "a");
+  AddNode(graph, "Neg", {"a"}, "b");
+  AddNode(graph, "Abs", {"b"}, "c");
+  AddNode(graph, "Neg", {"a"}, "t");
+  AddNode(graph, "Add", {"c", "t"}, "sum");
+  AddNode(graph, "Shape", {"b"}, "shape");
+  AddNode(graph, "Reshape", {"sum", "shape"}, "y");
+  auto plan = Compile(model);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<std::string> order;
+  for (const PlannedNode& node : (*plan)->nodes) order.push_back((*plan)->slot_names[node.outputs[0]]);
+  EXPECT_EQ(order, (std::vector<std::string>{"a", "b", "shape", "c", "t", "sum", "y"}));
+  // b dies with its last reader, Abs, not at the end.
+  ASSERT_EQ((*plan)->nodes[3].release_after.size(), 1u);
+  EXPECT_EQ((*plan)->slot_names[(*plan)->nodes[3].release_after[0]], "b");
+}
+
+// A session's pool keeps what its runs need (twice the plan's peak, at least 1 GiB), so that a run needing more than
+// 1 GiB does not give its buffers back to the system after every run and fault them in again.
+TEST(RuntimeTest, APoolCachesTwiceThePlansPeak) {
+  PlanMemory small;
+  small.peak_bytes = 10 << 20;
+  EXPECT_EQ(PoolCacheBytes(small), size_t{1} << 30);
+  PlanMemory large;
+  large.peak_bytes = int64_t{3} << 30;
+  EXPECT_EQ(PoolCacheBytes(large), size_t{6} << 30);
+  large.peak_bytes = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(PoolCacheBytes(large), std::numeric_limits<size_t>::max());
 }
 
 TEST(RuntimeTest, RejectsCyclesAndUnsupportedOps) {

@@ -1,5 +1,6 @@
 #include "engine/runtime/session.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -7,11 +8,17 @@
 
 namespace traind::engine {
 
+size_t PoolCacheBytes(const PlanMemory& memory) {
+  constexpr size_t kMinimum = size_t{1} << 30;
+  const size_t peak = static_cast<size_t>(std::max<int64_t>(memory.peak_bytes, 0));
+  return peak >= std::numeric_limits<size_t>::max() / 2 ? std::numeric_limits<size_t>::max()
+                                                          : std::max(kMinimum, 2 * peak);
+}
+
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(const onnx::ModelProto& model,
                                                          const SessionOptions& options) {
   TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, Compile(model));
   MemoryReservation constants;
-  std::shared_ptr<BufferPool> buffers;
   if (options.memory_budget != nullptr) {
     const PlanMemory& memory = plan->memory;
     TRAIND_ASSIGN_OR_RETURN(constants, MemoryReservation::Make(options.memory_budget, memory.constant_bytes,
@@ -25,8 +32,8 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(const onnx::ModelProto&
                                ? absl::StrCat(", ", memory.unknown_sizes, " values of unknown size not counted")
                                : std::string(),
                            ")")));
-    buffers = BufferPool::Create(size_t{1} << 30, options.memory_budget);
   }
+  std::shared_ptr<BufferPool> buffers = BufferPool::Create(PoolCacheBytes(plan->memory), options.memory_budget);
   return std::make_unique<Session>(
       std::move(plan), std::make_unique<CpuExecutor>(options.threads, std::move(buffers), options.random_seed),
       std::move(constants));

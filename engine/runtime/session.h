@@ -33,6 +33,13 @@ struct SessionOptions {
   int64_t extra_resident_bytes = 0;
 };
 
+// The free buffers a session's pool keeps for the next run (BufferPool's max_cached_bytes): 1 GiB, or twice the
+// plan's peak (PlanMemory) when that is more. A run then finds every buffer it needs in the pool, bucket by bucket,
+// once the first runs have filled it: with less, a model whose run needs more than the cap (full fine-tuning of a
+// 12-layer BERT-size encoder: 1.15 GB) hands hundreds of MB back to the system after every run and faults them in
+// again in the next. Under a MemoryBudget, other pools of the budget reclaim idle buffers before they are refused.
+size_t PoolCacheBytes(const PlanMemory& memory);
+
 class Session {
  public:
   // `model` must come from LoadModelFromBytes/File (validated). Uses a CpuExecutor.
