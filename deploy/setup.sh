@@ -9,11 +9,13 @@ BUILD_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libssl-dev openssl prometheus-cpp-dev libonnx-dev libgtest-dev libgmock-dev
   libdnnl-dev libopenblas-dev zlib1g-dev
+  ocl-icd-opencl-dev opencl-headers libclblast-dev
 )
 # Tests, golden-data generators, the Python client and cross-checks.
 TEST_PACKAGES=(
   libonnx-testdata python3-torch python3-onnx python3-numpy python3-grpcio python3-protobuf curl
   python3-venv python3-pip python3-setuptools python3-wheel python3-sklearn prometheus
+  pocl-opencl-icd clinfo
 )
 
 missing=()
