@@ -8,6 +8,10 @@ namespace traind::engine {
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(const onnx::ModelProto& model,
                                                          const SessionOptions& options) {
   TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, Compile(model));
+  if (options.make_executor) {
+    TRAIND_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor, options.make_executor(plan, model));
+    return std::make_unique<Session>(std::move(plan), std::move(executor));
+  }
   return std::make_unique<Session>(
       std::move(plan), std::make_unique<CpuExecutor>(options.threads, nullptr, options.random_seed));
 }

@@ -5,6 +5,7 @@
 #ifndef TRAIND_ENGINE_RUNTIME_SESSION_H_
 #define TRAIND_ENGINE_RUNTIME_SESSION_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -23,11 +24,16 @@ struct SessionOptions {
   ThreadPool* threads = nullptr;
   // Non-zero: random draws (Dropout without a seed attribute) repeat exactly across sessions with this seed.
   uint64_t random_seed = 0;
+  // Makes the executor for the compiled plan of `model` (the validated model it was compiled from), e.g. the GPU
+  // executor (engine/gpu/gpu_executor.h); unset: a CpuExecutor with the threads and seed above.
+  std::function<absl::StatusOr<std::unique_ptr<Executor>>(std::shared_ptr<const Plan> plan,
+                                                          const onnx::ModelProto& model)>
+      make_executor;
 };
 
 class Session {
  public:
-  // `model` must come from LoadModelFromBytes/File (validated). Uses a CpuExecutor.
+  // `model` must come from LoadModelFromBytes/File (validated). Uses a CpuExecutor unless options.make_executor.
   static absl::StatusOr<std::unique_ptr<Session>> Create(const onnx::ModelProto& model,
                                                          const SessionOptions& options = {});
   Session(std::shared_ptr<const Plan> plan, std::unique_ptr<Executor> executor)
