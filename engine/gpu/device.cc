@@ -226,12 +226,17 @@ ProgramCacheStats Device::program_cache_stats() const {
 absl::StatusOr<cl_program> Device::Program(absl::string_view file_name) {
   std::lock_guard<std::mutex> lock(programs_mutex_);
   if (auto it = programs_.find(file_name); it != programs_.end()) return it->second;
+  if (auto it = failed_.find(file_name); it != failed_.end()) return it->second;
   const absl::string_view body = ClSource(file_name);
   if (body.empty()) return absl::InternalError(absl::StrCat("no embedded OpenCL source ", file_name));
   const std::string source = absl::StrCat(ClSource("prelude.cl"), "\n#line 1\n", body);
-  TRAIND_ASSIGN_OR_RETURN(cl_program program, Build(file_name, source));
-  programs_.emplace(std::string(file_name), program);
-  return program;
+  absl::StatusOr<cl_program> program = Build(file_name, source);
+  if (!program.ok()) {
+    failed_.emplace(std::string(file_name), program.status());
+    return program.status();
+  }
+  programs_.emplace(std::string(file_name), *program);
+  return *program;
 }
 
 absl::StatusOr<cl_program> Device::Build(absl::string_view file_name, absl::string_view source) {

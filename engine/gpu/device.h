@@ -112,6 +112,8 @@ class Device {
   std::atomic<int64_t> bytes_reserved_{0};
   mutable std::mutex programs_mutex_;
   std::map<std::string, cl_program, std::less<>> programs_;
+  // Programs that failed to build, with the error: not rebuilt at every node that wants them.
+  std::map<std::string, absl::Status, std::less<>> failed_;
   ProgramCacheStats stats_;
 };
 

@@ -23,11 +23,27 @@ inline float group_sum(float value, __local float* scratch) {
   const int size = get_local_size(0);
   scratch[lid] = value;
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (int half = size / 2; half > 0; half /= 2) {
-    if (lid < half) scratch[lid] += scratch[lid + half];
+  for (int step = size / 2; step > 0; step /= 2) {
+    if (lid < step) scratch[lid] += scratch[lid + step];
     barrier(CLK_LOCAL_MEM_FENCE);
   }
   const float total = scratch[0];
   barrier(CLK_LOCAL_MEM_FENCE);
   return total;
 }
+
+// The taps [*first, *last) of a sliding window's output position `o` along one dim whose input coordinate lies in
+// [low, high); tap t reads coordinate o * stride - pad_begin + t * dilation (engine/ops/pool_window.h's TapRange).
+inline void tap_range(long o, long stride, long pad_begin, long taps, long dilation, long low, long high,
+                      long* first, long* last) {
+  const long start = o * stride - pad_begin;
+  const long begin_tap = start >= low ? 0 : (low - start + dilation - 1) / dilation;
+  const long end_tap = start >= high ? 0 : (high - start + dilation - 1) / dilation;
+  *first = min(begin_tap, taps);
+  *last = max(min(end_tap, taps), *first);
+}
+
+// A 2-D sliding window (1-D ones have height 1), the arguments every pooling and convolution kernel takes.
+#define TRAIND_WINDOW_ARGS                                                                                   \
+  long height, long width, long out_height, long out_width, long kernel_h, long kernel_w, long stride_h,     \
+      long stride_w, long dilation_h, long dilation_w, long pad_h, long pad_w, long pad_end_h, long pad_end_w

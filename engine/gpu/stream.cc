@@ -204,6 +204,13 @@ absl::Status Stream::CopyOnDevice(cl_mem from, cl_mem to, size_t bytes) {
                   absl::StrCat("copying ", bytes, " bytes on ", device_->info().name));
 }
 
+absl::Status Stream::Fill(cl_mem mem, float value, int64_t count) {
+  if (count <= 0) return absl::OkStatus();
+  return ClStatus(clEnqueueFillBuffer(queue_, mem, &value, sizeof(value), 0, static_cast<size_t>(count) * sizeof(float),
+                                      0, nullptr, nullptr),
+                  absl::StrCat("filling ", count, " floats on ", device_->info().name));
+}
+
 bool Stream::HoldsCopyOf(const Tensor& tensor) const { return OurCopy(tensor, this) != nullptr; }
 
 cl_mem Stream::MemOf(const Tensor& tensor) const {

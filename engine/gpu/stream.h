@@ -86,6 +86,8 @@ class Stream : public std::enable_shared_from_this<Stream> {
   absl::Status Upload(const void* host, cl_mem mem, size_t bytes);
   absl::Status Download(cl_mem mem, void* host, size_t bytes);
   absl::Status CopyOnDevice(cl_mem from, cl_mem to, size_t bytes);
+  // Sets `count` floats of `mem` to `value` on the device (no transfer).
+  absl::Status Fill(cl_mem mem, float value, int64_t count);
 
   // Makes `tensor` current on this stream's device and returns its memory: nothing to do when it is already
   // current here; an upload into its device copy when that is stale; else an upload into new device memory that

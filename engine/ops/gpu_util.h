@@ -43,6 +43,14 @@ absl::Status LaunchBinary(GpuKernelContext& context, const ClKernel& same, const
 absl::StatusOr<std::unique_ptr<GpuKernel>> MakeVariadicGpuKernel(const GpuKernelInit& init, const char* kernel_name,
                                                                  bool mean);
 
+// The GPU kernel of an op that only moves the elements of its first input (Transpose, Slice, Expand, Tile, Pad):
+// once per input shape (and values of the host inputs: starts, pads, repeats...), the op's own CPU kernel runs on the
+// host over the input's element indices, so its output says where each output element comes from; the device then
+// gathers by that map (data_movement.cl). Every mode and corner case of the op is its CPU kernel's, written once.
+// `fill_input` >= 0 names a host input holding a scalar for elements that come from no input element (Pad's
+// constant_value: the CPU kernel is given -1 there, the device writes the scalar).
+absl::StatusOr<std::unique_ptr<GpuKernel>> MakeIndexMapGpuKernel(const GpuKernelInit& init, int fill_input = -1);
+
 // The GPU kernel of an op whose CPU kernel only re-labels its first input (Reshape, Flatten, Squeeze, Unsqueeze,
 // Identity): it runs that CPU kernel on the device tensor, which it forwards with a new shape without reading its
 // bytes; the other inputs (shapes, axes) are read on the host. One shape rule, no copy.
