@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/autodiff/gradient_builder.h"
 #include "engine/core/status_macros.h"
+#include "engine/gpu/gpu_executor.h"
 #include "engine/io/file_util.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/tensor_proto.h"
@@ -68,15 +69,13 @@ absl::Status CheckDeclaredLike(const GraphValue& declared, const Tensor& tensor,
 }
 
 // Copies `from` into `to`'s existing buffer (same dtype and element count, checked by the caller), so that every
-// holder of `to` sees the new values. A no-op when both share the buffer.
-void CopyInPlace(const Tensor& from, Tensor& to) {
-  if (from.raw_data() == to.raw_data()) return;
-  std::memcpy(to.mutable_raw_data(), from.raw_data(), to.byte_size());
-}
+// holder of `to` sees the new values. A no-op when both share the buffer; on the device when `from` is there (the
+// GPU optimizer's new parameters never cross to the host).
+absl::Status CopyInPlace(const Tensor& from, Tensor& to) { return CopyTensorData(from, to); }
 
 absl::StatusOr<Tensor> DeepCopy(const Tensor& tensor) {
   TRAIND_ASSIGN_OR_RETURN(Tensor copy, Tensor::Allocate(tensor.dtype(), tensor.shape()));
-  std::memcpy(copy.mutable_raw_data(), tensor.raw_data(), tensor.byte_size());
+  TRAIND_RETURN_IF_ERROR(CopyTensorData(tensor, copy));
   return copy;
 }
 
@@ -124,6 +123,19 @@ SessionOptions Module::session_options() const {
   SessionOptions session;
   session.threads = threads_.get();
   session.random_seed = options_.random_seed;
+  if (gpu_stream_ != nullptr) {
+    gpu::GpuExecutorOptions gpu_options;
+    gpu_options.stream = gpu_stream_;
+    gpu_options.threads = threads_.get();
+    gpu_options.random_seed = options_.random_seed;
+    gpu_options.cpu_ops = options_.gpu_cpu_ops;
+    session.make_executor = [gpu_options](std::shared_ptr<const Plan> plan, const onnx::ModelProto& model)
+        -> absl::StatusOr<std::unique_ptr<Executor>> {
+      TRAIND_ASSIGN_OR_RETURN(std::unique_ptr<gpu::GpuExecutor> executor,
+                              gpu::GpuExecutor::Create(std::move(plan), model, gpu_options));
+      return std::unique_ptr<Executor>(std::move(executor));
+    };
+  }
   return session;
 }
 
@@ -165,12 +177,23 @@ absl::StatusOr<std::unique_ptr<Module>> Module::CreateFromFiles(const std::strin
 
 absl::Status Module::Initialize(const onnx::ModelProto& training_model, const onnx::ModelProto* eval_model) {
   TRAIND_RETURN_IF_ERROR(ValidateCheckpointState(*state_, /*allow_shape_only=*/true));
+  if (options_.executor == ExecutorKind::kGpu) {
+    TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<gpu::Device> device, gpu::Device::Get(options_.gpu_device_index));
+    TRAIND_ASSIGN_OR_RETURN(gpu_stream_, gpu::Stream::Create(std::move(device),
+                                                             gpu::StreamOptions{options_.gpu_memory_limit_bytes}));
+  }
   for (const Parameter& parameter : state_->parameters) {
     parameter_names_.push_back(parameter.name);
     if (parameter.requires_grad) trainable_names_.push_back(parameter.name);
   }
   TRAIND_RETURN_IF_ERROR(CompileModel(training_model, /*training=*/true, train_));
   if (eval_model != nullptr) TRAIND_RETURN_IF_ERROR(CompileModel(*eval_model, /*training=*/false, eval_));
+  if (gpu_stream_ != nullptr) {
+    // The parameters go to the device now, once: a model that does not fit fails here, not at its first step.
+    for (Parameter& parameter : state_->parameters) {
+      if (parameter.data.defined()) TRAIND_RETURN_IF_ERROR(gpu_stream_->MakeDeviceCurrent(parameter.data).status());
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -434,6 +457,11 @@ absl::StatusOr<NamedTensors> Module::TrainStep(const NamedTensors& inputs) {
   const bool reset = pending_reset_;
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> feeds, Feeds(train_, inputs, reset));
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, train_.session->Run(feeds));
+  // What is read on the host comes back from a GPU here, where a failure can still be reported.
+  TRAIND_RETURN_IF_ERROR(outputs[0].buffer()->SyncToHost());
+  for (const auto& [output, parameter] : running_statistic_outputs_) {
+    TRAIND_RETURN_IF_ERROR(outputs[output].buffer()->SyncToHost());
+  }
   TRAIND_ASSIGN_OR_RETURN(const double loss, ScalarValue(outputs[0], kLossName));
   // A batch holding NaN does not always show in the loss (Relu maps NaN to 0 here), but it does in the batch
   // statistics BatchNormalization blends into its running ones.
@@ -443,12 +471,13 @@ absl::StatusOr<NamedTensors> Module::TrainStep(const NamedTensors& inputs) {
   // A gradient output may share its buffer with something that changes later: a fed tensor (a parameter the
   // optimizer updates in place, a caller's input) or a constant of the plan. Held in Parameter::grad across steps,
   // it must own its storage.
-  absl::flat_hash_set<const void*> foreign;
-  for (const Tensor& feed : feeds) foreign.insert(feed.raw_data());
-  for (const auto& [slot, constant] : train_.session->plan().constants) foreign.insert(constant.raw_data());
+  // (Buffers are compared, not host pointers: reading a device tensor's host pointer would download it.)
+  absl::flat_hash_set<const Buffer*> foreign;
+  for (const Tensor& feed : feeds) foreign.insert(feed.buffer().get());
+  for (const auto& [slot, constant] : train_.session->plan().constants) foreign.insert(constant.buffer().get());
   for (const auto& [output, parameter] : gradient_outputs_) {
     Tensor& gradient = outputs[output];
-    if (foreign.contains(gradient.raw_data())) {
+    if (foreign.contains(gradient.buffer().get())) {
       TRAIND_ASSIGN_OR_RETURN(gradient, DeepCopy(gradient));
     }
   }
@@ -456,7 +485,7 @@ absl::StatusOr<NamedTensors> Module::TrainStep(const NamedTensors& inputs) {
   for (const auto& [output, parameter] : gradient_outputs_) state_->parameters[parameter].grad = outputs[output];
   if (finite) {
     for (const auto& [output, parameter] : running_statistic_outputs_) {
-      CopyInPlace(outputs[output], state_->parameters[parameter].data);
+      TRAIND_RETURN_IF_ERROR(CopyInPlace(outputs[output], state_->parameters[parameter].data));
     }
   }
   accumulated_steps_finite_ = (reset || accumulated_steps_finite_) && finite;
@@ -868,6 +897,7 @@ absl::StatusOr<OptimizerStepResult> Optimizer::Step() {
   }
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, session_->Run(feeds));
   const Tensor& skipped = outputs.back();
+  TRAIND_RETURN_IF_ERROR(skipped.buffer()->SyncToHost());
   if (skipped.dtype() != DataType::kBool || skipped.num_elements() != 1) {
     return absl::InternalError(absl::StrCat("the optimizer model's '", kSkippedName, "' is ", skipped.DebugString()));
   }
@@ -885,9 +915,9 @@ absl::StatusOr<OptimizerStepResult> Optimizer::Step() {
   size_t o = 0;
   for (const int p : parameter_indices_) {
     Parameter& parameter = state.parameters[p];
-    CopyInPlace(outputs[o++], parameter.data);
+    TRAIND_RETURN_IF_ERROR(CopyInPlace(outputs[o++], parameter.data));
     std::map<std::string, Tensor>& states = state.optimizer->parameter_states.at(parameter.name);
-    for (const std::string& name : state_names_) CopyInPlace(outputs[o++], states.at(name));
+    for (const std::string& name : state_names_) TRAIND_RETURN_IF_ERROR(CopyInPlace(outputs[o++], states.at(name)));
   }
   group.step += 1;
   group.learning_rate = next_learning_rate;

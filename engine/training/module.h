@@ -44,13 +44,32 @@
 
 namespace traind::engine {
 
+// Where a Module's models run.
+enum class ExecutorKind { kCpu, kGpu };
+
 struct ModuleOptions {
   // Intra-op threads of this Module's (and its Optimizer's) kernels; 0: every CPU the process may use.
   int num_threads = 0;
   // Non-zero: Dropout masks (without a seed attribute) repeat exactly for every Module made with this seed and
   // driven through the same calls; 0: fresh random masks.
   uint64_t random_seed = 0;
+  // kGpu: the training, eval and optimizer models run on the OpenCL GPU executor (engine/gpu/gpu_executor.h) on
+  // device `gpu_device_index` of gpu::ListDevices(), nodes without a GPU kernel on the CPU. The parameters are
+  // uploaded when the Module is made and stay on the device with the gradients and optimizer state; the
+  // CheckpointState still holds them (its tensors' buffers have device copies, read back when host code reads them).
+  // Errors at creation: FailedPrecondition without an OpenCL device, InvalidArgument for an index out of range,
+  // ResourceExhausted when the parameters do not fit.
+  ExecutorKind executor = ExecutorKind::kCpu;
+  int gpu_device_index = 0;
+  // Device memory this Module may hold at once; 0: only the device's limit (gpu::RuntimeOptions).
+  int64_t gpu_memory_limit_bytes = 0;
+  // Op types the GPU executor keeps on the CPU (mixed placement in tests; a workaround for a driver).
+  std::vector<std::string> gpu_cpu_ops;
 };
+
+namespace gpu {
+class Stream;
+}  // namespace gpu
 
 class Module {
  public:
@@ -105,6 +124,9 @@ class Module {
   bool has_eval_model() const { return eval_.session != nullptr; }
   // The compiled training model's session, for benchmarks and diagnostics (profiles, pool statistics).
   const Session& training_session() const { return *train_.session; }
+  const Session* eval_session() const { return eval_.session.get(); }
+  // The GPU stream of this Module and its Optimizer (transfers, device memory); null on the CPU executor.
+  gpu::Stream* gpu_stream() const { return gpu_stream_.get(); }
 
   // Trainable parameters, checkpoint order.
   const std::vector<std::string>& TrainableParameterNames() const { return trainable_names_; }
@@ -176,6 +198,7 @@ class Module {
   CheckpointState* state_;
   ModuleOptions options_;
   std::unique_ptr<ThreadPool> threads_;  // null: ThreadPool::Default()
+  std::shared_ptr<gpu::Stream> gpu_stream_;  // set for ExecutorKind::kGpu
   bool training_mode_ = true;
   bool pending_reset_ = true;
   bool accumulated_steps_finite_ = true;
