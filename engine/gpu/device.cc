@@ -223,6 +223,13 @@ ProgramCacheStats Device::program_cache_stats() const {
   return stats_;
 }
 
+void Device::ForgetPrograms() {
+  std::lock_guard<std::mutex> lock(programs_mutex_);
+  for (auto& [name, program] : programs_) clReleaseProgram(program);
+  programs_.clear();
+  failed_.clear();
+}
+
 absl::StatusOr<cl_program> Device::Program(absl::string_view file_name) {
   std::lock_guard<std::mutex> lock(programs_mutex_);
   if (auto it = programs_.find(file_name); it != programs_.end()) return it->second;

@@ -87,6 +87,9 @@ class Device {
   // -cl-fast-relaxed-math (non-finite values must stay IEEE: steps with them are skipped, not trained on).
   absl::StatusOr<cl_program> Program(absl::string_view file_name);
   ProgramCacheStats program_cache_stats() const;
+  // Forgets the programs built so far (the disk cache stays; kernels made from them keep them alive): the next
+  // Program() call builds again, from the disk cache when it can. For tests of the cache.
+  void ForgetPrograms();
   // The key a program's binary is cached under: SHA-256 of the format version, source, options, platform, device
   // and driver.
   std::string ProgramCacheKey(absl::string_view source, absl::string_view options) const;
