@@ -60,6 +60,10 @@ ABSL_FLAG(int, max_waiting_calls_per_session, 8,
 ABSL_FLAG(int64_t, max_dataset_bytes, int64_t{4} << 30, "Largest dataset a training job loads, in bytes.");
 ABSL_FLAG(std::vector<std::string>, data_dir, {},
           "Directories (comma-separated) whose files training jobs may read by a relative local_path.");
+ABSL_FLAG(std::string, gpu_program_cache_dir, "",
+          "Where the GPU executor keeps compiled OpenCL kernels between starts; empty: <state_dir>/opencl-cache.");
+ABSL_FLAG(int64_t, gpu_memory_limit_bytes, 0,
+          "Device memory the daemon may use on each OpenCL device, in bytes; 0: the device's global memory.");
 ABSL_FLAG(std::string, ready_file, "",
           "Write a JSON file with the bound addresses and the pid here once serving (atomically).");
 ABSL_FLAG(std::string, log_level, "info", "Least severe log level printed: debug, info, warn or error.");
@@ -92,6 +96,8 @@ traind::ServerOptions OptionsFromFlags() {
   options.max_waiting_calls_per_session = absl::GetFlag(FLAGS_max_waiting_calls_per_session);
   options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_bytes);
   options.data_dirs = absl::GetFlag(FLAGS_data_dir);
+  options.gpu_program_cache_dir = absl::GetFlag(FLAGS_gpu_program_cache_dir);
+  options.gpu_memory_limit_bytes = absl::GetFlag(FLAGS_gpu_memory_limit_bytes);
   return options;
 }
 

@@ -129,6 +129,8 @@ class SessionManager::Session {
     info_.display_name = record.display_name;
     info_.artifact_id = record.origin.artifact_id;
     info_.num_threads = num_threads;
+    info_.gpu = record.gpu;
+    info_.device_index = record.device_index;
     info_.checkpoint_policy = record.checkpoint_policy;
     info_.training_inputs = module->TrainingInputs();
     info_.output_names = module->TrainingOutputNames();
@@ -318,6 +320,8 @@ absl::StatusOr<SessionInfo> SessionManager::Create(const Caller& caller, Session
   record.seed = settings.seed != 0 ? settings.seed : RandomSeed();
   record.checkpoint_policy = settings.checkpoint_policy.value_or(limits_.default_checkpoint_policy);
   record.created_time = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  record.gpu = settings.gpu;
+  record.device_index = settings.device_index;
   auto session = std::make_shared<Session>(std::move(record));
   return Open(std::move(session), std::move(models), caller.cancelled, /*persist=*/true);
 }
@@ -344,6 +348,10 @@ absl::StatusOr<SessionInfo> SessionManager::Open(std::shared_ptr<Session> sessio
   engine::ModuleOptions module_options;
   module_options.num_threads = session->record.num_threads;
   module_options.random_seed = session->record.seed;
+  if (session->record.gpu) {
+    module_options.executor = engine::ExecutorKind::kGpu;
+    module_options.gpu_device_index = session->record.device_index;
+  }
   session->state = std::move(models.checkpoint);
   TRAIND_RETURN_IF_ERROR(compute_->Run(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
