@@ -59,7 +59,9 @@ int Main() {
   openblas_set_num_threads(threads);
   ThreadPool pool(threads);
 
-  absl::StatusOr<onnx::ModelProto> model = LoadModelFromFile(absl::GetFlag(FLAGS_model));
+  LoadOptions load_options;
+  load_options.map_external_data = true;  // weights in external data files are mapped, not copied
+  absl::StatusOr<onnx::ModelProto> model = LoadModelFromFile(absl::GetFlag(FLAGS_model), load_options);
   if (!model.ok()) return Fail(std::string(model.status().message()));
   absl::StatusOr<std::shared_ptr<const Plan>> plan = Compile(*model);
   if (!plan.ok()) return Fail(std::string(plan.status().message()));

@@ -162,7 +162,10 @@ absl::StatusOr<float> TrainingStep(Trainer& trainer, const std::function<absl::S
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(int threads) {
-  TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto forward, LoadModelFromFile(absl::GetFlag(FLAGS_model)));
+  // Weights in external data files stay there (mapped): models of any size, one copy in memory.
+  LoadOptions load_options;
+  load_options.map_external_data = true;
+  TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto forward, LoadModelFromFile(absl::GetFlag(FLAGS_model), load_options));
   TRAIND_ASSIGN_OR_RETURN(NamedTensors data, ReadNamedNpys(absl::GetFlag(FLAGS_input), "input"));
   TRAIND_ASSIGN_OR_RETURN(NamedTensors targets, ReadNamedNpys(absl::GetFlag(FLAGS_target), "target"));
   if (forward.graph().output_size() == 0) return absl::InvalidArgumentError("the model has no outputs");

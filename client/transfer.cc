@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 #include <vector>
 
@@ -124,8 +125,8 @@ absl::StatusOr<UploadResult> UploadFile(CommandContext& context, const std::stri
   return result;
 }
 
-absl::StatusOr<DownloadResult> DownloadToFile(CommandContext& context, v1::DownloadRequest request,
-                                              const std::string& path) {
+absl::StatusOr<std::vector<DownloadResult>> DownloadFiles(CommandContext& context, v1::DownloadRequest request,
+                                                          const std::string& path) {
   const int64_t chunk_bytes = request.chunk_bytes() > 0 ? request.chunk_bytes() : kDefaultChunkBytes;
   std::unique_ptr<grpc::ClientContext> call = context.NewCallContext();
   std::unique_ptr<grpc::ClientReader<v1::DownloadResponse>> reader = context.stub().Download(call.get(), request);
@@ -142,57 +143,115 @@ absl::StatusOr<DownloadResult> DownloadToFile(CommandContext& context, v1::Downl
     return CallError(absl::StatusCode::kDataLoss, "the download ended before its header");
   }
   if (!message.has_header()) return abandon(CallError(absl::StatusCode::kDataLoss, "the download has no header"));
-  const v1::DownloadHeader header = message.header();
-  if (header.total_bytes() < 0 || !IsSha256Hex(header.sha256_hex())) {
-    return abandon(CallError(absl::StatusCode::kDataLoss, "the download's header is malformed"));
-  }
-  DownloadResult result;
-  result.suggested_file_name = header.file_name();
-  result.path = path;
-  if (IsDirectory(path) || absl::EndsWith(path, "/")) {
-    if (!IsPlainFileName(header.file_name())) {
-      return abandon(UsageError(absl::StrCat("the daemon suggests no usable file name ('", header.file_name(),
-                                             "'): give a file path instead of the directory '", path, "'")));
+  // Every file is written to a temporary file and checked; they are published only when all of them arrived, the
+  // first one (the model, which references the others) last.
+  std::vector<DownloadResult> results;
+  std::vector<std::unique_ptr<engine::AtomicFileWriter>> files;
+  int file_count = 1;
+  bool more = true;
+  while (more) {
+    const v1::DownloadHeader header = message.header();
+    if (header.total_bytes() < 0 || !IsSha256Hex(header.sha256_hex())) {
+      return abandon(CallError(absl::StatusCode::kDataLoss, "the download's header is malformed"));
     }
-    result.path = absl::StrCat(absl::StripSuffix(path, "/"), "/", header.file_name());
-  }
-  absl::StatusOr<std::unique_ptr<engine::AtomicFileWriter>> file = engine::AtomicFileWriter::Create(result.path);
-  if (!file.ok()) return abandon(LocalFileError(file.status()));
-  engine::Sha256 hasher;
-  TransferProgress progress(context.out(), context.progress_style(), "download " + BaseName(result.path),
-                            header.total_bytes(), chunk_bytes);
-  int64_t received = 0;
-  while (reader->Read(&message)) {
-    if (!message.has_chunk()) {
-      return abandon(CallError(absl::StatusCode::kDataLoss, "the download sent a second header"));
+    if (results.empty()) {
+      file_count = std::max(1, header.file_count());
+      if (file_count > kMaxDownloadFiles) {
+        return abandon(CallError(absl::StatusCode::kDataLoss, "the download announces too many files"));
+      }
+    } else if (header.file_count() != file_count) {
+      return abandon(CallError(absl::StatusCode::kDataLoss, "the download's headers disagree on its file count"));
     }
-    const std::string& chunk = message.chunk();
-    received += static_cast<int64_t>(chunk.size());
-    if (received > header.total_bytes()) {
-      return abandon(CallError(absl::StatusCode::kDataLoss,
-                               absl::StrCat("the download sent more than the ", header.total_bytes(),
-                                            " bytes its header announced")));
+    DownloadResult result;
+    result.suggested_file_name = header.file_name();
+    result.path = path;
+    if (!results.empty()) {
+      // The next files go beside the first under the names the first one references.
+      if (!IsPlainFileName(header.file_name())) {
+        return abandon(CallError(absl::StatusCode::kDataLoss,
+                                 absl::StrCat("the download's file '", header.file_name(), "' is not a plain name")));
+      }
+      const size_t slash = results.front().path.rfind('/');
+      result.path = slash == std::string::npos ? header.file_name()
+                                               : results.front().path.substr(0, slash + 1) + header.file_name();
+      for (const DownloadResult& earlier : results) {
+        if (earlier.path == result.path) {
+          return abandon(CallError(absl::StatusCode::kDataLoss, "the download names one file twice"));
+        }
+      }
+    } else if (IsDirectory(path) || absl::EndsWith(path, "/")) {
+      if (!IsPlainFileName(header.file_name())) {
+        return abandon(UsageError(absl::StrCat("the daemon suggests no usable file name ('", header.file_name(),
+                                               "'): give a file path instead of the directory '", path, "'")));
+      }
+      result.path = absl::StrCat(absl::StripSuffix(path, "/"), "/", header.file_name());
     }
-    hasher.Update(chunk);
-    if (absl::Status appended = (*file)->Append(chunk); !appended.ok()) return abandon(LocalFileError(appended));
-    progress.Advance(received);
+    absl::StatusOr<std::unique_ptr<engine::AtomicFileWriter>> file = engine::AtomicFileWriter::Create(result.path);
+    if (!file.ok()) return abandon(LocalFileError(file.status()));
+    engine::Sha256 hasher;
+    TransferProgress progress(context.out(), context.progress_style(), "download " + BaseName(result.path),
+                              header.total_bytes(), chunk_bytes);
+    int64_t received = 0;
+    more = false;
+    while (reader->Read(&message)) {
+      if (message.has_header()) {
+        if (static_cast<int>(results.size()) + 1 >= file_count) {
+          return abandon(CallError(absl::StatusCode::kDataLoss, "the download sent more headers than files"));
+        }
+        more = true;
+        break;
+      }
+      const std::string& chunk = message.chunk();
+      received += static_cast<int64_t>(chunk.size());
+      if (received > header.total_bytes()) {
+        return abandon(CallError(absl::StatusCode::kDataLoss,
+                                 absl::StrCat("the download sent more than the ", header.total_bytes(),
+                                              " bytes its header announced")));
+      }
+      hasher.Update(chunk);
+      if (absl::Status appended = (*file)->Append(chunk); !appended.ok()) return abandon(LocalFileError(appended));
+      progress.Advance(received);
+    }
+    progress.Finish();
+    if (received != header.total_bytes()) {
+      if (!more) {
+        const absl::Status status = CommandContext::Finished(reader->Finish(), *call);
+        if (!status.ok()) return status;
+      }
+      return more ? abandon(CallError(absl::StatusCode::kDataLoss, "a file of the download is short"))
+                  : CallError(absl::StatusCode::kDataLoss, absl::StrCat("the download ended after ", received, " of ",
+                                                                        header.total_bytes(), " bytes"));
+    }
+    result.sha256_hex = hasher.FinishHex();
+    if (result.sha256_hex != header.sha256_hex()) {
+      const absl::Status mismatch =
+          CallError(absl::StatusCode::kDataLoss,
+                    absl::StrCat("the downloaded bytes of '", BaseName(result.path), "' have SHA-256 ",
+                                 result.sha256_hex, ", not the announced ", header.sha256_hex(),
+                                 "; nothing was written"));
+      return more ? abandon(mismatch) : mismatch;
+    }
+    result.size_bytes = received;
+    results.push_back(std::move(result));
+    files.push_back(*std::move(file));
   }
-  progress.Finish();
   const absl::Status status = CommandContext::Finished(reader->Finish(), *call);
   if (!status.ok()) return status;
-  if (received != header.total_bytes()) {
-    return CallError(absl::StatusCode::kDataLoss, absl::StrCat("the download ended after ", received, " of ",
-                                                               header.total_bytes(), " bytes"));
+  if (static_cast<int>(results.size()) != file_count) {
+    return CallError(absl::StatusCode::kDataLoss, absl::StrCat("the download ended after ", results.size(), " of its ",
+                                                               file_count, " files"));
   }
-  result.sha256_hex = hasher.FinishHex();
-  if (result.sha256_hex != header.sha256_hex()) {
-    return CallError(absl::StatusCode::kDataLoss,
-                     absl::StrCat("the downloaded bytes have SHA-256 ", result.sha256_hex, ", not the announced ",
-                                  header.sha256_hex(), "; nothing was written"));
+  for (size_t f = files.size(); f-- > 0;) {
+    if (absl::Status committed = files[f]->Commit(); !committed.ok()) return LocalFileError(committed);
   }
-  if (absl::Status committed = (*file)->Commit(); !committed.ok()) return LocalFileError(committed);
-  result.size_bytes = received;
-  return result;
+  return results;
+}
+
+absl::StatusOr<DownloadResult> DownloadToFile(CommandContext& context, v1::DownloadRequest request,
+                                              const std::string& path) {
+  absl::StatusOr<std::vector<DownloadResult>> files = DownloadFiles(context, std::move(request), path);
+  if (!files.ok()) return files.status();
+  return files->front();
 }
 
 }  // namespace traind::cli

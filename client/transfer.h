@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "client/command.h"
@@ -41,6 +42,15 @@ struct DownloadResult {
 // '/'), the file is written inside it under the daemon's suggested name.
 absl::StatusOr<DownloadResult> DownloadToFile(CommandContext& context, v1::DownloadRequest request,
                                               const std::string& path);
+
+// Most files one download may hold (DownloadHeader.file_count).
+inline constexpr int kMaxDownloadFiles = 16;
+
+// The same for a download of several files (an export with an external data file): the first goes to `path`, the
+// others beside it under their announced names (plain names only). Each is checked; none is published unless all
+// arrived, and the first (which references the others) is published last.
+absl::StatusOr<std::vector<DownloadResult>> DownloadFiles(CommandContext& context, v1::DownloadRequest request,
+                                                          const std::string& path);
 
 }  // namespace traind::cli
 

@@ -15,6 +15,8 @@ BUILD_PACKAGES=(
 TEST_PACKAGES=(
   libonnx-testdata python3-torch python3-onnx python3-numpy python3-grpcio python3-protobuf curl
   python3-venv python3-pip python3-setuptools python3-wheel python3-sklearn prometheus
+  # Fleets and deployment: history plots, the Debian packages (dpkg-buildpackage), manifest checks.
+  python3-matplotlib python3-yaml dpkg-dev debhelper dh-python python3-all fakeroot
   pocl-opencl-icd clinfo
 )
 

@@ -106,9 +106,10 @@ absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::Open(const std::st
 }
 
 absl::StatusOr<StoredArtifacts> ArtifactStore::Save(const engine::Artifacts& artifacts, const std::string& prefix,
-                                                    bool nominal_checkpoint, bool keep_content) {
+                                                    bool nominal_checkpoint) {
   if (!prefix.empty()) TRAIND_RETURN_IF_ERROR(CheckStateName(prefix, "the artifact prefix"));
-  // Serialize everything first: nothing is written unless every part can be.
+  // Serialize the models first: nothing is written unless every part can be. The checkpoint (the parameters, which
+  // may be gigabytes) is streamed to its file.
   std::vector<ArtifactFileInfo> files(4);
   files[0].kind = kTrainingModelKind;
   files[1].kind = kEvalModelKind;
@@ -125,19 +126,32 @@ absl::StatusOr<StoredArtifacts> ArtifactStore::Save(const engine::Artifacts& art
   }
   engine::CheckpointSaveOptions checkpoint_options;
   checkpoint_options.nominal = nominal_checkpoint;
-  TRAIND_ASSIGN_OR_RETURN(files[3].content, engine::SerializeCheckpoint(artifacts.checkpoint, checkpoint_options));
-  for (ArtifactFileInfo& file : files) {
-    file.size_bytes = static_cast<int64_t>(file.content.size());
-    file.sha256_hex = engine::Sha256Hex(file.content);
-  }
+  TRAIND_RETURN_IF_ERROR(engine::ValidateCheckpointState(artifacts.checkpoint, /*allow_shape_only=*/false));
 
   StoredArtifacts stored;
   stored.artifact_id = NewRandomId(kArtifactIdPrefix);
   const std::string temporary = absl::StrCat(artifacts_dir_, "/", kTemporaryPrefix, stored.artifact_id);
   TRAIND_RETURN_IF_ERROR(CreateDirectory(temporary));
   absl::Status written = absl::OkStatus();
-  for (const ArtifactFileInfo& file : files) {
-    if (written.ok()) written = engine::WriteFileAtomically(temporary + "/" + file.file_name, file.content);
+  for (ArtifactFileInfo& file : files) {
+    if (!written.ok()) break;
+    const std::string path = temporary + "/" + file.file_name;
+    if (file.kind == kCheckpointKind) {
+      written = engine::SaveCheckpoint(path, artifacts.checkpoint, checkpoint_options);
+      absl::StatusOr<std::string> digest = written.ok() ? engine::Sha256HexOfFile(path) : written;
+      if (digest.ok()) {
+        file.sha256_hex = *digest;
+        std::error_code error;
+        file.size_bytes = static_cast<int64_t>(std::filesystem::file_size(path, error));
+      } else {
+        written = digest.status();
+      }
+    } else {
+      file.size_bytes = static_cast<int64_t>(file.content.size());
+      file.sha256_hex = engine::Sha256Hex(file.content);
+      written = engine::WriteFileAtomically(path, file.content);
+      std::string().swap(file.content);
+    }
   }
   if (written.ok()) written = engine::WriteFileAtomically(temporary + "/" + kManifestName, FormatManifest(files));
   if (written.ok() && std::rename(temporary.c_str(), (artifacts_dir_ + "/" + stored.artifact_id).c_str()) != 0) {
@@ -149,9 +163,6 @@ absl::StatusOr<StoredArtifacts> ArtifactStore::Save(const engine::Artifacts& art
     return written;
   }
   TRAIND_RETURN_IF_ERROR(FsyncDirectory(artifacts_dir_));
-  if (!keep_content) {
-    for (ArtifactFileInfo& file : files) std::string().swap(file.content);
-  }
   stored.files = std::move(files);
   return stored;
 }
@@ -198,15 +209,21 @@ std::vector<StoredArtifacts> ArtifactStore::List() const {
   return sets;
 }
 
-absl::StatusOr<ArtifactFileInfo> ArtifactStore::ReadFile(const std::string& artifact_id, const std::string& kind) const {
+absl::StatusOr<ArtifactFileInfo> ArtifactStore::FileOf(const std::string& artifact_id, const std::string& kind) const {
   TRAIND_ASSIGN_OR_RETURN(StoredArtifacts stored, Get(artifact_id));
   for (ArtifactFileInfo& file : stored.files) {
     if (file.kind != kind) continue;
-    TRAIND_ASSIGN_OR_RETURN(file.content, ReadVerified(absl::StrCat(artifacts_dir_, "/", artifact_id), file));
+    file.path = absl::StrCat(artifacts_dir_, "/", artifact_id, "/", file.file_name);
     return file;
   }
   return absl::NotFoundError(absl::StrCat("artifacts '", artifact_id, "' have no file of kind '",
                                           absl::CHexEscape(kind.substr(0, 64)), "'"));
+}
+
+absl::StatusOr<ArtifactFileInfo> ArtifactStore::ReadFile(const std::string& artifact_id, const std::string& kind) const {
+  TRAIND_ASSIGN_OR_RETURN(ArtifactFileInfo file, FileOf(artifact_id, kind));
+  TRAIND_ASSIGN_OR_RETURN(file.content, ReadVerified(absl::StrCat(artifacts_dir_, "/", artifact_id), file));
+  return file;
 }
 
 absl::Status ArtifactStore::Delete(const std::string& artifact_id) {
@@ -222,7 +239,7 @@ absl::Status ArtifactStore::Delete(const std::string& artifact_id) {
   return FsyncDirectory(artifacts_dir_);
 }
 
-absl::StatusOr<SessionModels> ArtifactStore::Load(const std::string& artifact_id) const {
+absl::StatusOr<SessionModels> ArtifactStore::Load(const std::string& artifact_id, bool load_checkpoint) const {
   TRAIND_ASSIGN_OR_RETURN(const std::string directory, Directory(artifact_id));
   const std::string manifest_path = absl::StrCat(directory, "/", kManifestName);
   TRAIND_ASSIGN_OR_RETURN(const std::string manifest, engine::ReadFileLimited(manifest_path, 1 << 16));
@@ -230,12 +247,23 @@ absl::StatusOr<SessionModels> ArtifactStore::Load(const std::string& artifact_id
   SessionModels models;
   bool have_training = false, have_checkpoint = false;
   for (const ArtifactFileInfo& file : files) {
-    TRAIND_ASSIGN_OR_RETURN(std::string content, ReadVerified(directory, file));
-    if (file.kind == kCheckpointKind) {
-      TRAIND_ASSIGN_OR_RETURN(models.checkpoint, engine::ParseCheckpoint(content, file.file_name));
+    if (file.kind == kCheckpointKind && !load_checkpoint) {
       have_checkpoint = true;
       continue;
     }
+    if (file.kind == kCheckpointKind) {
+      // Read once, in pieces, straight into the parameters; its own digest and the manifest's both checked.
+      std::string digest;
+      TRAIND_ASSIGN_OR_RETURN(models.checkpoint,
+                              engine::LoadCheckpoint(directory + "/" + file.file_name, max_file_bytes_, &digest));
+      if (digest != file.sha256_hex) {
+        return absl::DataLossError(absl::StrCat("artifact file '", file.file_name, "' no longer matches its digest"));
+      }
+      models.checkpoint_from_origin = true;
+      have_checkpoint = true;
+      continue;
+    }
+    TRAIND_ASSIGN_OR_RETURN(std::string content, ReadVerified(directory, file));
     onnx::ModelProto model;
     if (!model.ParseFromString(content)) {
       return absl::DataLossError(absl::StrCat("artifact file '", file.file_name, "' does not parse"));
@@ -258,14 +286,31 @@ absl::Status ArtifactStore::SaveCheckpoint(const std::string& name, const std::s
   return engine::WriteFileAtomically(absl::StrCat(checkpoints_dir_, "/", name), bytes);
 }
 
-absl::StatusOr<std::string> ArtifactStore::ReadCheckpoint(const std::string& name) const {
+absl::StatusOr<std::string> ArtifactStore::CheckpointPath(const std::string& name) const {
   TRAIND_RETURN_IF_ERROR(CheckCheckpointName(name));
-  absl::StatusOr<std::string> bytes = engine::ReadFileLimited(absl::StrCat(checkpoints_dir_, "/", name), max_file_bytes_);
-  if (!bytes.ok() && bytes.status().code() == absl::StatusCode::kNotFound) {
+  return absl::StrCat(checkpoints_dir_, "/", name);
+}
+
+absl::StatusOr<std::string> ArtifactStore::ExistingCheckpointPath(const std::string& name) const {
+  TRAIND_ASSIGN_OR_RETURN(std::string path, CheckpointPath(name));
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
     return absl::NotFoundError(absl::StrCat("no checkpoint named '", name, "'"));
   }
-  return bytes;
+  return path;
 }
+
+absl::StatusOr<StoredCheckpointInfo> ArtifactStore::CheckpointInfo(const std::string& name) const {
+  TRAIND_ASSIGN_OR_RETURN(const std::string path, ExistingCheckpointPath(name));
+  StoredCheckpointInfo info;
+  info.name = name;
+  std::error_code error;
+  info.size_bytes = static_cast<int64_t>(std::filesystem::file_size(path, error));
+  TRAIND_ASSIGN_OR_RETURN(info.sha256_hex, engine::Sha256HexOfFile(path));
+  info.modified_time = ModifiedTime(path);
+  return info;
+}
+
 
 std::vector<StoredCheckpointInfo> ArtifactStore::ListCheckpoints() const {
   std::vector<StoredCheckpointInfo> checkpoints;
@@ -273,14 +318,8 @@ std::vector<StoredCheckpointInfo> ArtifactStore::ListCheckpoints() const {
   for (const auto& entry : std::filesystem::directory_iterator(checkpoints_dir_, error)) {
     const std::string name = entry.path().filename().string();
     if (!CheckCheckpointName(name).ok()) continue;
-    absl::StatusOr<std::string> bytes = engine::ReadFileLimited(entry.path().string(), max_file_bytes_);
-    if (!bytes.ok()) continue;
-    StoredCheckpointInfo info;
-    info.name = name;
-    info.size_bytes = static_cast<int64_t>(bytes->size());
-    info.sha256_hex = engine::Sha256Hex(*bytes);
-    info.modified_time = ModifiedTime(entry.path().string());
-    checkpoints.push_back(std::move(info));
+    absl::StatusOr<StoredCheckpointInfo> info = CheckpointInfo(name);  // digested in pieces
+    if (info.ok()) checkpoints.push_back(*std::move(info));
   }
   std::sort(checkpoints.begin(), checkpoints.end(),
             [](const StoredCheckpointInfo& a, const StoredCheckpointInfo& b) { return a.name < b.name; });

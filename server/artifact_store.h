@@ -33,6 +33,7 @@ struct ArtifactFileInfo {
   int64_t size_bytes = 0;
   std::string sha256_hex;
   std::string content;    // filled only when asked for
+  std::string path;       // FileOf: where it is (read it in pieces)
 };
 
 struct StoredArtifacts {
@@ -54,6 +55,9 @@ struct SessionModels {
   std::optional<onnx::ModelProto> eval_model;
   std::optional<onnx::ModelProto> optimizer_model;
   engine::CheckpointState checkpoint;
+  // `checkpoint` is the origin's own (an artifact set's or uploaded one), not a later state: a session that starts
+  // from it needs no checkpoint of its own until it changes (a restart reloads it from the origin).
+  bool checkpoint_from_origin = false;
 };
 
 class ArtifactStore {
@@ -63,22 +67,31 @@ class ArtifactStore {
   static absl::StatusOr<std::unique_ptr<ArtifactStore>> Open(const std::string& state_dir, int64_t max_file_bytes);
 
   // Stores a new artifact set under a fresh id. `nominal_checkpoint` writes the checkpoint without parameter
-  // values. With `keep_content` the returned files carry their bytes.
+  // values. The checkpoint is streamed to its file (the parameters are never copied whole).
   absl::StatusOr<StoredArtifacts> Save(const engine::Artifacts& artifacts, const std::string& prefix,
-                                       bool nominal_checkpoint, bool keep_content);
+                                       bool nominal_checkpoint);
   // NOT_FOUND for an unknown id (or one that is not an id); DATA_LOSS when a file no longer matches the digest
   // recorded when it was stored.
-  absl::StatusOr<SessionModels> Load(const std::string& artifact_id) const;
+  // Without `load_checkpoint` the checkpoint is left empty (the caller starts from another one).
+  absl::StatusOr<SessionModels> Load(const std::string& artifact_id, bool load_checkpoint = true) const;
   // The set's files (without content); NOT_FOUND for an unknown id.
   absl::StatusOr<StoredArtifacts> Get(const std::string& artifact_id) const;
   std::vector<StoredArtifacts> List() const;
   // One file's bytes, checked against its digest.
   absl::StatusOr<ArtifactFileInfo> ReadFile(const std::string& artifact_id, const std::string& kind) const;
+  // One file's manifest entry and path, without reading it (downloads stream it).
+  absl::StatusOr<ArtifactFileInfo> FileOf(const std::string& artifact_id, const std::string& kind) const;
   absl::Status Delete(const std::string& artifact_id);
 
   // Named checkpoints ([A-Za-z0-9._-], see state_names.h): SaveCheckpoint replaces an older one atomically.
   absl::Status SaveCheckpoint(const std::string& name, const std::string& bytes);
-  absl::StatusOr<std::string> ReadCheckpoint(const std::string& name) const;
+  // Where a checkpoint of that name is (to be) stored: write it with engine::SaveCheckpoint, which publishes it
+  // atomically. InvalidArgument for a bad name.
+  absl::StatusOr<std::string> CheckpointPath(const std::string& name) const;
+  // The same, NotFound unless it exists.
+  absl::StatusOr<std::string> ExistingCheckpointPath(const std::string& name) const;
+  // Its size and SHA-256 (read in pieces).
+  absl::StatusOr<StoredCheckpointInfo> CheckpointInfo(const std::string& name) const;
   std::vector<StoredCheckpointInfo> ListCheckpoints() const;
   absl::Status DeleteCheckpoint(const std::string& name);
 

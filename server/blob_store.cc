@@ -94,4 +94,10 @@ absl::StatusOr<BlobInfo> BlobStore::Stat(const std::string& blob_id) const {
   return BlobInfo{blob_id, static_cast<int64_t>(size)};
 }
 
+absl::StatusOr<std::string> BlobStore::Path(const std::string& blob_id) const {
+  absl::StatusOr<BlobInfo> info = Stat(blob_id);
+  if (!info.ok()) return info.status();
+  return blobs_dir_ + "/" + info->blob_id;
+}
+
 }  // namespace traind

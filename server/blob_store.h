@@ -58,6 +58,9 @@ class BlobStore {
   absl::StatusOr<std::string> Read(const std::string& blob_id) const;
   // The same errors; the blob's size without reading it.
   absl::StatusOr<BlobInfo> Stat(const std::string& blob_id) const;
+  // The same errors; the blob's file, for what is read in pieces or mapped (checkpoints, external data). Blobs are
+  // immutable once published.
+  absl::StatusOr<std::string> Path(const std::string& blob_id) const;
 
   int64_t max_blob_bytes() const { return max_blob_bytes_; }
 

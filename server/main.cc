@@ -15,6 +15,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "server/config_file.h"
 #include "server/logging.h"
@@ -58,6 +59,13 @@ ABSL_FLAG(int, max_rpc_threads, 256,
 ABSL_FLAG(int, max_waiting_calls_per_session, 8,
           "Calls that may wait for one session (its calls run one at a time); past that, RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_dataset_bytes, int64_t{4} << 30, "Largest dataset a training job loads, in bytes.");
+ABSL_FLAG(int, max_forward_handles_per_session, 64,
+          "Forward handles (training-mode passes awaiting Backward) a session may hold; past that, Forward gets "
+          "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_forward_bytes_per_session, int64_t{1} << 30,
+          "Bytes the forward handles of one session may keep for their backward passes.");
+ABSL_FLAG(absl::Duration, forward_handle_ttl, absl::Minutes(10),
+          "How long a forward handle waits for its Backward before it expires.");
 ABSL_FLAG(std::vector<std::string>, data_dir, {},
           "Directories (comma-separated) whose files training jobs may read by a relative local_path.");
 ABSL_FLAG(std::string, gpu_program_cache_dir, "",
@@ -95,6 +103,9 @@ traind::ServerOptions OptionsFromFlags() {
   options.max_rpc_threads = absl::GetFlag(FLAGS_max_rpc_threads);
   options.max_waiting_calls_per_session = absl::GetFlag(FLAGS_max_waiting_calls_per_session);
   options.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_bytes);
+  options.max_forward_handles_per_session = absl::GetFlag(FLAGS_max_forward_handles_per_session);
+  options.max_forward_bytes_per_session = absl::GetFlag(FLAGS_max_forward_bytes_per_session);
+  options.forward_handle_ttl = absl::GetFlag(FLAGS_forward_handle_ttl);
   options.data_dirs = absl::GetFlag(FLAGS_data_dir);
   options.gpu_program_cache_dir = absl::GetFlag(FLAGS_gpu_program_cache_dir);
   options.gpu_memory_limit_bytes = absl::GetFlag(FLAGS_gpu_memory_limit_bytes);
@@ -140,6 +151,11 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("traind: a gRPC daemon that trains ONNX models.\nUsage: traind [--flag=value...]");
   absl::FlagsUsageConfig usage_config;
   usage_config.version_string = [] { return std::string("traind ") + traind::kTraindVersion + "\n"; };
+  // `traind --help` lists the daemon's own flags (absl's default matches files named after the binary, i.e. none);
+  // --helpfull adds the libraries'.
+  const auto own_flags = [](absl::string_view file) { return absl::EndsWith(file, "server/main.cc"); };
+  usage_config.contains_help_flags = own_flags;
+  usage_config.contains_helpshort_flags = own_flags;
   absl::SetFlagsUsageConfig(usage_config);
   const std::string config_path = traind::FindConfigFlag(argc, argv);
   if (!config_path.empty()) {

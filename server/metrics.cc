@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/numbers.h"
 #include "grpcpp/grpcpp.h"
@@ -69,7 +70,41 @@ int CountOpenFds() {
   return count - 1;  // the descriptor opendir itself holds
 }
 
+// A number from a cgroup limit file ("max" or anything unreadable: no limit, 0).
+double ReadCgroupLimit(const std::string& path) {
+  std::ifstream file(path);
+  std::string text;
+  double value = 0;
+  if (!(file >> text) || !absl::SimpleAtod(text, &value) || value <= 0) return 0;
+  return value;
+}
+
 }  // namespace
+
+double MemoryLimitBytes() {
+  const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  double limit = physical > 0 ? physical : 0;
+  auto lower = [&limit](double candidate) {
+    if (candidate > 0 && (limit <= 0 || candidate < limit)) limit = candidate;
+  };
+  // The process's own cgroup (v2: "0::/path"; v1: "N:memory:/path"), as systemd's MemoryMax= and Kubernetes'
+  // resources.limits.memory set it.
+  std::ifstream cgroups("/proc/self/cgroup");
+  for (std::string line; std::getline(cgroups, line);) {
+    const std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (parts.size() != 3) continue;
+    if (parts[0] == "0" && parts[1].empty()) {
+      lower(ReadCgroupLimit("/sys/fs/cgroup" + parts[2] + "/memory.max"));
+    } else if (absl::StrContains(parts[1], "memory")) {
+      lower(ReadCgroupLimit("/sys/fs/cgroup/memory" + parts[2] + "/memory.limit_in_bytes"));
+    }
+  }
+  rlimit address_space{};
+  if (getrlimit(RLIMIT_AS, &address_space) == 0 && address_space.rlim_cur != RLIM_INFINITY) {
+    lower(static_cast<double>(address_space.rlim_cur));
+  }
+  return limit;
+}
 
 absl::string_view StatusCodeName(int code) {
   // gRPC status codes and absl::StatusCode share numbers and names ("OK", "NOT_FOUND", ...).
@@ -181,6 +216,13 @@ std::vector<prometheus::MetricFamily> ProcessCollector::Collect() const {
   const int open_fds = CountOpenFds();
   if (open_fds >= 0) {
     families.push_back(GaugeFamily("process_open_fds", "Number of open file descriptors.", open_fds));
+  }
+  const double memory_limit = MemoryLimitBytes();
+  if (memory_limit > 0) {
+    families.push_back(GaugeFamily("traind_memory_limit_bytes",
+                                   "Memory the daemon may use: the lowest of its cgroup's limit, RLIMIT_AS and the "
+                                   "machine's physical memory (for alerts on process_resident_memory_bytes).",
+                                   memory_limit));
   }
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {

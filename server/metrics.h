@@ -79,9 +79,13 @@ std::string TenantLabel(absl::string_view tenant);
 // The canonical upper-case name of a gRPC status code ("OK", "NOT_FOUND", ...); "UNKNOWN" for out-of-range values.
 absl::string_view StatusCodeName(int code);
 
+// The memory the daemon may use: the lowest of its cgroup's memory limit (v2 memory.max or v1
+// memory.limit_in_bytes), RLIMIT_AS and the machine's physical memory; 0 when none is known.
+double MemoryLimitBytes();
+
 // Exposes the standard process_* metrics of the Prometheus client guidelines from /proc/self:
 // process_cpu_seconds_total, process_resident_memory_bytes, process_virtual_memory_bytes,
-// process_open_fds, process_max_fds, process_start_time_seconds.
+// process_open_fds, process_max_fds, process_start_time_seconds; and traind_memory_limit_bytes (MemoryLimitBytes).
 class ProcessCollector : public prometheus::Collectable {
  public:
   std::vector<prometheus::MetricFamily> Collect() const override;

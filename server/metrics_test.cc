@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include <unistd.h>
+
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -55,6 +57,9 @@ TEST(ProcessCollectorTest, ReportsStandardProcessMetrics) {
   EXPECT_GT(values.at("process_max_fds"), values.at("process_open_fds"));
   EXPECT_GT(values.at("process_start_time_seconds"), 1.7e9);  // after 2023
   EXPECT_GE(values.at("process_cpu_seconds_total"), 0);
+  const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  EXPECT_GT(values.at("traind_memory_limit_bytes"), values.at("process_resident_memory_bytes"));
+  EXPECT_LE(values.at("traind_memory_limit_bytes"), physical);
 }
 
 }  // namespace

@@ -124,6 +124,21 @@ class StateCollector : public prometheus::Collectable {
                                      static_cast<double>(spaces_->StoredBytes(tenant.name))));
     }
     families.push_back(std::move(stored));
+    prometheus::MetricFamily handles =
+        family("traind_forward_handles", "Forward handles awaiting Backward, by tenant.");
+    prometheus::MetricFamily handle_bytes =
+        family("traind_forward_handle_bytes", "Bytes kept by forward handles for their backward passes, by tenant.");
+    const auto forwards = sessions_->ForwardHandlesByTenant();
+    for (const TenantConfig& tenant : tenants) {
+      auto it = forwards.find(tenant.name);
+      const bool any = it != forwards.end();
+      handles.metric.push_back(
+          sample({{"tenant", TenantLabel(tenant.name)}}, any ? static_cast<double>(it->second.first) : 0));
+      handle_bytes.metric.push_back(
+          sample({{"tenant", TenantLabel(tenant.name)}}, any ? static_cast<double>(it->second.second) : 0));
+    }
+    families.push_back(std::move(handles));
+    families.push_back(std::move(handle_bytes));
     return families;
   }
 
@@ -141,8 +156,11 @@ void RestoreSessions(const SessionStore& store, TenantSpaces& spaces, SessionMan
   int restored = 0;
   for (const SessionStore::Stored& stored : store.LoadAll(&problems)) {
     absl::StatusOr<TenantSpace*> space = spaces.Get(stored.record.tenant);
+    // The session's own checkpoint replaces the artifacts' one: only one of them is read.
+    const bool from_artifacts = stored.checkpoint_path.empty();
     absl::StatusOr<SessionModels> models =
-        space.ok() ? LoadSessionModels(**space, stored.record.origin) : absl::StatusOr<SessionModels>(space.status());
+        space.ok() ? LoadSessionModels(**space, stored.record.origin, from_artifacts)
+                   : absl::StatusOr<SessionModels>(space.status());
     absl::StatusOr<SessionInfo> info =
         models.ok() ? sessions.Restore(stored, *std::move(models)) : absl::StatusOr<SessionInfo>(models.status());
     if (info.ok()) {
@@ -312,6 +330,14 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
   }
   session_limits.max_waiting_calls_per_session = options.max_waiting_calls_per_session;
   session_limits.max_admitted_calls = options.max_concurrent_steps + options.max_queued_steps;
+  if (options.max_forward_handles_per_session < 1 || options.max_forward_bytes_per_session < 1 ||
+      options.forward_handle_ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--max_forward_handles_per_session, --max_forward_bytes_per_session and --forward_handle_ttl must be > 0");
+  }
+  session_limits.max_forward_handles_per_session = options.max_forward_handles_per_session;
+  session_limits.max_forward_bytes_per_session = options.max_forward_bytes_per_session;
+  session_limits.forward_handle_ttl = options.forward_handle_ttl;
   state->session_store = std::make_unique<SessionStore>(state->options.state_dir);
   state->sessions = std::make_unique<SessionManager>(state->compute.get(), session_limits, state->session_store.get(),
                                                      state->metrics.get());

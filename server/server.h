@@ -53,6 +53,10 @@ struct ServerOptions {
   int max_waiting_calls_per_session = 8;
   int64_t max_dataset_bytes = int64_t{4} << 30;
   std::vector<std::string> data_dirs;
+  // Forward handles per session (Forward / Backward): how many, how many bytes, and how long one waits.
+  int max_forward_handles_per_session = 64;
+  int64_t max_forward_bytes_per_session = int64_t{1} << 30;
+  absl::Duration forward_handle_ttl = absl::Minutes(10);
   // Written atomically, as JSON with the bound addresses and the pid, once the daemon serves.
   std::string ready_file;
   // The GPU executor (OpenCL): where compiled kernels are kept between starts (empty: <state_dir>/opencl-cache),

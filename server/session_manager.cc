@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <set>
@@ -25,6 +27,9 @@ using engine::Tensor;
 namespace {
 
 constexpr const char* kSessionIdPrefix = "s-";
+constexpr const char* kForwardHandlePrefix = "f-";
+// Ended forward handles remembered per session, so that reusing one is FAILED_PRECONDITION rather than NOT_FOUND.
+constexpr size_t kRememberedEndedForwards = 1024;
 // Properties are client data kept in memory and in every checkpoint: bounded like everything else.
 constexpr size_t kMaxProperties = 1024;
 constexpr size_t kMaxPropertyNameLength = 256;
@@ -75,6 +80,39 @@ absl::Status CheckFetch(const std::vector<std::string>& fetch, const std::vector
   return absl::OkStatus();
 }
 
+// Rows [begin, begin + count) of a tensor's first dimension, copied.
+absl::StatusOr<Tensor> Rows(const Tensor& tensor, int64_t begin, int64_t count) {
+  engine::Shape shape = tensor.shape();
+  const size_t row_bytes = tensor.byte_size() / static_cast<size_t>(shape[0]);
+  shape[0] = count;
+  TRAIND_ASSIGN_OR_RETURN(Tensor rows, Tensor::Allocate(tensor.dtype(), shape));
+  if (rows.byte_size() > 0) {
+    std::memcpy(rows.mutable_raw_data(), static_cast<const char*>(tensor.raw_data()) + begin * row_bytes,
+                rows.byte_size());
+  }
+  return rows;
+}
+
+absl::StatusOr<NamedTensors> Slice(const NamedTensors& inputs, int64_t begin, int64_t count) {
+  NamedTensors slice;
+  slice.reserve(inputs.size());
+  for (const auto& [name, tensor] : inputs) {
+    TRAIND_ASSIGN_OR_RETURN(Tensor rows, Rows(tensor, begin, count));
+    slice.emplace_back(name, std::move(rows));
+  }
+  return slice;
+}
+
+absl::StatusOr<NamedTensors> DeepCopies(const NamedTensors& tensors) {
+  NamedTensors copies;
+  copies.reserve(tensors.size());
+  for (const auto& [name, tensor] : tensors) {
+    TRAIND_ASSIGN_OR_RETURN(Tensor copy, DeepCopy(tensor));
+    copies.emplace_back(name, std::move(copy));
+  }
+  return copies;
+}
+
 uint64_t RandomSeed() {
   std::random_device device;
   const uint64_t seed = (static_cast<uint64_t>(device()) << 32) ^ device();
@@ -113,6 +151,38 @@ class SessionManager::Session {
   absl::Time checkpoint_time ABSL_GUARDED_BY(mu) = absl::InfinitePast();
   bool changed_since_checkpoint ABSL_GUARDED_BY(mu) = false;
 
+  // Forward handles (artifacts without a loss): the pass awaiting Backward, when it expires, and the version of the
+  // parameters it ran with (bumped whenever trainable parameters change: a Backward must see the same ones).
+  struct PendingForward {
+    engine::ForwardPass pass;
+    int64_t bytes = 0;
+    int64_t parameters_version = 0;
+    absl::Time expires;
+  };
+  std::map<std::string, PendingForward> forwards ABSL_GUARDED_BY(mu);
+  std::deque<std::pair<std::string, std::string>> ended_forwards ABSL_GUARDED_BY(mu);  // handle, how it ended
+  int64_t parameters_version ABSL_GUARDED_BY(mu) = 0;
+  // For Get/List and the gauges, without the lock.
+  std::atomic<int64_t> forward_count{0};
+  std::atomic<int64_t> forward_bytes{0};
+
+  void EndForward(std::map<std::string, PendingForward>::iterator it, const std::string& how)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    forward_count -= 1;
+    forward_bytes -= it->second.bytes;
+    ended_forwards.emplace_back(it->first, how);
+    if (ended_forwards.size() > kRememberedEndedForwards) ended_forwards.pop_front();
+    forwards.erase(it);
+  }
+
+  void ExpireForwards(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (auto it = forwards.begin(); it != forwards.end();) {
+      auto next = std::next(it);
+      if (it->second.expires <= now) EndForward(it, "expired");
+      it = next;
+    }
+  }
+
   // What Get/List report. Kept apart from `mu` so that looking at a session never waits for its step.
   SessionInfo Snapshot() const {
     absl::MutexLock lock(&info_mu_);
@@ -141,6 +211,11 @@ class SessionManager::Session {
     }
     info_.has_optimizer = optimizer != nullptr;
     info_.trainable_parameter_count = module->GetParametersSize(/*trainable_only=*/true);
+    info_.has_loss = module->has_loss();
+    info_.forward_inputs = module->ForwardInputNames();
+    info_.forward_outputs = module->ForwardOutputNames();
+    info_.differentiated_outputs = module->DifferentiatedOutputNames();
+    info_.input_gradients = module->InputGradientNames();
   }
 
   // The parts calls change; called at the end of every call that may change them.
@@ -154,6 +229,8 @@ class SessionManager::Session {
     info_.train_steps = train_steps;
     info_.checkpoint_step = checkpoint_step;
     info_.checkpoint_time = checkpoint_time == absl::InfinitePast() ? 0 : absl::ToDoubleSeconds(checkpoint_time - absl::UnixEpoch());
+    info_.forward_handles = forward_count.load();
+    info_.forward_handle_bytes = forward_bytes.load();
   }
 
   LearningRateInfo LearningRate() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -333,13 +410,16 @@ absl::StatusOr<SessionInfo> SessionManager::Restore(const SessionStore::Stored& 
       return absl::AlreadyExistsError(absl::StrCat("session '", stored.record.session_id, "' is already open"));
     }
   }
-  if (!stored.checkpoint.empty()) {
-    TRAIND_ASSIGN_OR_RETURN(models.checkpoint,
-                            engine::ParseCheckpoint(stored.checkpoint, absl::StrCat("session ", stored.record.session_id,
-                                                                                   "'s checkpoint")));
+  if (!stored.checkpoint_path.empty()) {
+    absl::StatusOr<engine::CheckpointState> checkpoint = engine::LoadCheckpoint(stored.checkpoint_path);
+    if (!checkpoint.ok()) {
+      return absl::Status(checkpoint.status().code(), absl::StrCat("session ", stored.record.session_id,
+                                                                   "'s checkpoint: ", checkpoint.status().message()));
+    }
+    models.checkpoint = *std::move(checkpoint);
   }
   auto session = std::make_shared<Session>(stored.record);
-  return Open(std::move(session), std::move(models), nullptr, /*persist=*/stored.checkpoint.empty());
+  return Open(std::move(session), std::move(models), nullptr, /*persist=*/stored.checkpoint_path.empty());
 }
 
 absl::StatusOr<SessionInfo> SessionManager::Open(std::shared_ptr<Session> session, SessionModels models,
@@ -370,7 +450,13 @@ absl::StatusOr<SessionInfo> SessionManager::Open(std::shared_ptr<Session> sessio
     TRAIND_ASSIGN_OR_RETURN(session->manual_scheduler,
                             engine::LearningRateScheduler::FromState(session->record.manual_scheduler));
   }
-  if (store_ != nullptr && persist) {
+  if (store_ != nullptr && persist && models.checkpoint_from_origin) {
+    // The state is its origin's checkpoint (plus a fresh optimizer, which a restore makes again): the record alone
+    // brings it back, and a model of gigabytes is not written again before its first step.
+    TRAIND_RETURN_IF_ERROR(store_->WriteRecord(session->record));
+    session->checkpoint_step = 0;
+    session->checkpoint_time = absl::Now();
+  } else if (store_ != nullptr && persist) {
     TRAIND_RETURN_IF_ERROR(store_->WriteRecord(session->record));
     TRAIND_RETURN_IF_ERROR(WriteCheckpoint(*session));
   } else if (store_ != nullptr) {
@@ -394,8 +480,7 @@ absl::Status SessionManager::WriteCheckpoint(Session& session) ABSL_NO_THREAD_SA
     if (!parameter.data.defined()) options.nominal = true;
   }
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::string> bytes = engine::SerializeCheckpoint(session.state, options);
-  absl::Status written = bytes.ok() ? store_->WriteCheckpoint(session.tenant(), session.id(), *bytes) : bytes.status();
+  const absl::Status written = store_->WriteCheckpoint(session.tenant(), session.id(), session.state, options);
   if (metrics_ != nullptr) metrics_->RecordCheckpointSave(absl::ToDoubleSeconds(absl::Now() - start), written.ok());
   if (!written.ok()) {
     LogError("session checkpoint failed", {{"session", session.id()}, {"error", std::string(written.message())}});
@@ -509,6 +594,7 @@ absl::StatusOr<TrainStepResult> SessionManager::TrainStep(const Caller& caller, 
         // Applied or not, these gradients are spent: the next step starts afresh.
         session->module->LazyResetGrad();
         if (!step.ok()) return step.status();
+        ++session->parameters_version;
         result.skipped = step->skipped;
         if (step->skipped) {
           result.skip_reason = std::isfinite(result.loss) ? "a gradient is not finite" : "the loss is not finite";
@@ -539,6 +625,7 @@ absl::StatusOr<OptimizerStepInfo> SessionManager::OptimizerStep(const Caller& ca
   TRAIND_RETURN_IF_ERROR(compute_->Run(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
         TRAIND_ASSIGN_OR_RETURN(engine::OptimizerStepResult step, session->optimizer->Step());
+        ++session->parameters_version;
         info.skipped = step.skipped;
         if (step.skipped) info.skip_reason = "a loss or gradient accumulated since the last reset is not finite";
         return absl::OkStatus();
@@ -633,7 +720,8 @@ absl::StatusOr<LearningRateInfo> SessionManager::SetScheduler(const Caller& call
   return session->LearningRate();
 }
 
-absl::StatusOr<LearningRateInfo> SessionManager::SchedulerStep(const Caller& caller, const std::string& session_id) {
+absl::StatusOr<LearningRateInfo> SessionManager::SchedulerStep(const Caller& caller, const std::string& session_id,
+                                                               std::optional<double> metric) {
   TRAIND_SESSION_CALL(session, session_id);
   TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("SchedulerStep"));
   engine::Optimizer& optimizer = *session->optimizer;
@@ -645,24 +733,68 @@ absl::StatusOr<LearningRateInfo> SessionManager::SchedulerStep(const Caller& cal
     return absl::FailedPreconditionError(
         absl::StrCat("session '", session_id, "' has no scheduler: SetScheduler first"));
   }
+  engine::PlateauOutcome outcome;
+  if (metric) {
+    TRAIND_ASSIGN_OR_RETURN(outcome, scheduler->ObserveMetric(*metric, optimizer.GetLearningRate()));
+  }
   TRAIND_ASSIGN_OR_RETURN(const float rate,
                           scheduler->LearningRate(optimizer.GetStep(), optimizer.GetInitialLearningRate()));
   TRAIND_RETURN_IF_ERROR(optimizer.SetLearningRate(rate));
+  if (metric) {
+    // The schedule's progress lives where the schedule does: the checkpoint, or (manual) the session's record.
+    if (session->manual_scheduler) {
+      session->manual_scheduler = *scheduler;
+      session->record.manual_scheduler = scheduler->ToState();
+      if (store_ != nullptr) TRAIND_RETURN_IF_ERROR(store_->WriteRecord(session->record));
+    } else {
+      session->state.scheduler = scheduler->ToState();
+    }
+  }
   session->changed_since_checkpoint = true;
   session->RefreshSnapshot();
-  return session->LearningRate();
+  LearningRateInfo info = session->LearningRate();
+  info.evaluations_without_improvement = outcome.bad_evaluations;
+  info.stalled = outcome.stalled;
+  return info;
 }
 
-absl::StatusOr<std::string> SessionManager::SerializeCheckpoint(const Caller& caller, const std::string& session_id,
-                                                                bool include_optimizer_state) {
-  TRAIND_SESSION_CALL(session, session_id);
+namespace {
+
+engine::CheckpointSaveOptions SaveOptionsFor(const engine::CheckpointState& state, bool include_optimizer_state) {
   engine::CheckpointSaveOptions options;
   options.include_optimizer_state = include_optimizer_state;
   // A nominal state (shapes only, before SetParameters) is saved as such.
-  for (const engine::Parameter& parameter : session->state.parameters) {
+  for (const engine::Parameter& parameter : state.parameters) {
     if (!parameter.data.defined()) options.nominal = true;
   }
+  return options;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> SessionManager::SerializeCheckpoint(const Caller& caller, const std::string& session_id,
+                                                                bool include_optimizer_state, int64_t max_bytes) {
+  TRAIND_SESSION_CALL(session, session_id);
+  const engine::CheckpointSaveOptions options = SaveOptionsFor(session->state, include_optimizer_state);
+  // Refused before a byte is copied: a large model's checkpoint is stored by name and downloaded in pieces.
+  TRAIND_ASSIGN_OR_RETURN(const int64_t size, engine::SerializedCheckpointSize(session->state, options));
+  if (size > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("the checkpoint has ", size, " bytes, more than the ", max_bytes,
+                                                     " a message may carry: save it by name and download it"));
+  }
   return engine::SerializeCheckpoint(session->state, options);
+}
+
+absl::StatusOr<int64_t> SessionManager::CheckpointSize(const Caller& caller, const std::string& session_id,
+                                                       bool include_optimizer_state) {
+  TRAIND_SESSION_CALL(session, session_id);
+  return engine::SerializedCheckpointSize(session->state, SaveOptionsFor(session->state, include_optimizer_state));
+}
+
+absl::Status SessionManager::SaveCheckpointFile(const Caller& caller, const std::string& session_id,
+                                                bool include_optimizer_state, const std::string& path) {
+  TRAIND_SESSION_CALL(session, session_id);
+  return engine::SaveCheckpoint(path, session->state, SaveOptionsFor(session->state, include_optimizer_state));
 }
 
 absl::StatusOr<SessionInfo> SessionManager::LoadCheckpoint(const Caller& caller, const std::string& session_id,
@@ -670,9 +802,26 @@ absl::StatusOr<SessionInfo> SessionManager::LoadCheckpoint(const Caller& caller,
   // Parsed (and its digest checked) before the session is locked: a damaged file costs the session nothing.
   TRAIND_ASSIGN_OR_RETURN(engine::CheckpointState candidate,
                           engine::ParseCheckpoint(checkpoint_bytes, "the checkpoint to load"));
+  return ReplaceCheckpoint(caller, session_id, std::move(candidate));
+}
+
+absl::StatusOr<SessionInfo> SessionManager::LoadCheckpointFile(const Caller& caller, const std::string& session_id,
+                                                               const std::string& path) {
+  // Read in pieces (one copy) and its digest checked before the session is locked.
+  absl::StatusOr<engine::CheckpointState> candidate = engine::LoadCheckpoint(path);
+  if (!candidate.ok()) {
+    return absl::Status(candidate.status().code(),
+                        absl::StrCat("the checkpoint to load: ", candidate.status().message()));
+  }
+  return ReplaceCheckpoint(caller, session_id, *std::move(candidate));
+}
+
+absl::StatusOr<SessionInfo> SessionManager::ReplaceCheckpoint(const Caller& caller, const std::string& session_id,
+                                                              engine::CheckpointState candidate) {
   TRAIND_SESSION_CALL(session, session_id);
   TRAIND_RETURN_IF_ERROR(
       engine::ReplaceCheckpointState(std::move(candidate), *session->module, session->optimizer.get()));
+  ++session->parameters_version;
   session->changed_since_checkpoint = true;
   session->RefreshSnapshot();
   SessionInfo info = session->Snapshot();
@@ -782,6 +931,7 @@ absl::Status SessionManager::SetParameters(const Caller& caller, const std::stri
           absl::StrCat("the parameter buffer must be a float32 vector, got ", buffer->DebugString()));
     }
     session->changed_since_checkpoint = true;
+    ++session->parameters_version;
     return session->module->CopyBufferToParameters(
         absl::MakeConstSpan(buffer->data<float>(), buffer->num_elements()), trainable_only);
   }
@@ -802,6 +952,7 @@ absl::Status SessionManager::SetParameters(const Caller& caller, const std::stri
     writes.emplace_back(&*it, &tensor);
   }
   session->changed_since_checkpoint = true;
+  ++session->parameters_version;
   for (auto& [parameter, tensor] : writes) {
     if (!parameter->data.defined()) {
       TRAIND_ASSIGN_OR_RETURN(parameter->data, DeepCopy(*tensor));
@@ -836,6 +987,273 @@ absl::StatusOr<std::string> SessionManager::ExportForInference(const Caller& cal
       },
       caller.cancelled));
   return bytes;
+}
+
+// ---- Several steps in one call ----
+
+absl::StatusOr<TrainStepResult> SessionManager::TrainSteps(const Caller& caller, const std::string& session_id,
+                                                           const NamedTensors& inputs, int64_t examples_per_step,
+                                                           bool accumulate_only) {
+  if (examples_per_step <= 0) return absl::InvalidArgumentError("examples_per_step must be > 0");
+  if (inputs.empty()) return absl::InvalidArgumentError("no inputs");
+  const int64_t examples = inputs.front().second.rank() > 0 ? inputs.front().second.dim(0) : -1;
+  for (const auto& [name, tensor] : inputs) {
+    if (tensor.rank() == 0 || tensor.dim(0) != examples) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "with examples_per_step every input's first dimension counts the examples; input '", name, "' is ",
+          tensor.DebugString(), ", input '", inputs.front().first, "' ", inputs.front().second.DebugString()));
+    }
+  }
+  if (examples == 0) return absl::InvalidArgumentError("the inputs hold no example");
+  TRAIND_SESSION_CALL(session, session_id);
+  if (!accumulate_only) TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("TrainStep without accumulate_only"));
+  const int64_t steps = (examples + examples_per_step - 1) / examples_per_step;
+  const int64_t last_size = examples - (steps - 1) * examples_per_step;
+  TrainStepResult result;
+  result.step_losses.reserve(steps);
+  int64_t steps_done = 0;
+  bool stepped = false;
+  const absl::Status ran = compute_->Run(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        engine::Module& module = *session->module;
+        // Everything a step would refuse, before the first step: names and class ids over every example, the
+        // declared shapes for both slice sizes.
+        TRAIND_RETURN_IF_ERROR(module.CheckTrainingInputs(inputs, /*check_shapes=*/false));
+        TRAIND_ASSIGN_OR_RETURN(NamedTensors first, Slice(inputs, 0, std::min(examples_per_step, examples)));
+        TRAIND_RETURN_IF_ERROR(module.CheckTrainingInputs(first, /*check_shapes=*/true));
+        if (steps > 1) {
+          TRAIND_ASSIGN_OR_RETURN(NamedTensors last, Slice(inputs, (steps - 1) * examples_per_step, last_size));
+          TRAIND_RETURN_IF_ERROR(module.CheckTrainingInputs(last, /*check_shapes=*/true));
+        }
+        double weighted_loss = 0;
+        for (int64_t step = 0; step < steps; ++step) {
+          const absl::Time start = absl::Now();
+          const int64_t size = step + 1 < steps ? examples_per_step : last_size;
+          absl::StatusOr<NamedTensors> slice = Slice(inputs, step * examples_per_step, size);
+          absl::StatusOr<NamedTensors> outputs = slice.ok() ? module.TrainStep(*slice) : slice.status();
+          if (!outputs.ok()) {
+            return absl::Status(outputs.status().code(),
+                                absl::StrCat("step ", step + 1, " of ", steps, " (the ", step,
+                                             " before it were applied): ", outputs.status().message()));
+          }
+          TRAIND_ASSIGN_OR_RETURN(const float loss, ScalarLoss((*outputs)[0].second));
+          ++steps_done;
+          ++session->train_steps;
+          session->last_loss = loss;
+          result.step_losses.push_back(loss);
+          weighted_loss += static_cast<double>(loss) * static_cast<double>(size);
+          bool skipped = false;
+          std::string reason;
+          if (accumulate_only) {
+            skipped = !std::isfinite(loss);
+            if (skipped) reason = "the loss is not finite: the next OptimizerStep will skip these gradients";
+          } else {
+            result.learning_rate = session->optimizer->GetLearningRate();
+            absl::StatusOr<engine::OptimizerStepResult> applied = session->optimizer->Step();
+            module.LazyResetGrad();
+            if (!applied.ok()) return applied.status();
+            stepped = true;
+            skipped = applied->skipped;
+            if (skipped) reason = std::isfinite(loss) ? "a gradient is not finite" : "the loss is not finite";
+          }
+          if (skipped && result.skipped_steps++ == 0) {
+            result.skipped = true;
+            result.skip_reason = absl::StrCat("step ", step + 1, ": ", reason);
+          }
+          if (metrics_ != nullptr) {
+            metrics_->RecordTrainStep(caller.tenant, size, absl::ToDoubleSeconds(absl::Now() - start), skipped);
+          }
+        }
+        result.loss = static_cast<float>(weighted_loss / static_cast<double>(examples));
+        return absl::OkStatus();
+      },
+      caller.cancelled);
+  if (steps_done > 0) {
+    if (stepped) ++session->parameters_version;
+    if (accumulate_only) {
+      session->changed_since_checkpoint = true;
+    } else {
+      MaybeCheckpoint(*session);
+    }
+    session->RefreshSnapshot();
+  }
+  TRAIND_RETURN_IF_ERROR(ran);
+  result.optimizer_step = session->optimizer ? session->optimizer->GetStep() : 0;
+  return result;
+}
+
+// ---- Forward / backward ----
+
+void SessionManager::ExpireForwards(Session& session) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const absl::Time now = absl::Now();
+  if (session.forward_count.load() > 0) {
+    session.ExpireForwards(now);
+    session.RefreshSnapshot();
+  }
+  // Other sessions' expired handles too, when nobody is using them (never waiting for a session's lock).
+  std::vector<std::shared_ptr<Session>> others;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, other] : sessions_) {
+      if (other.get() != &session && other->forward_count.load() > 0) others.push_back(other);
+    }
+  }
+  for (const auto& other : others) {
+    if (!other->mu.TryLock()) continue;
+    other->ExpireForwards(now);
+    other->RefreshSnapshot();
+    other->mu.Unlock();
+  }
+}
+
+std::map<std::string, std::pair<int64_t, int64_t>> SessionManager::ForwardHandlesByTenant() const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, std::pair<int64_t, int64_t>> totals;
+  for (const auto& [id, session] : sessions_) {
+    auto& [handles, bytes] = totals[session->tenant()];
+    handles += session->forward_count.load();
+    bytes += session->forward_bytes.load();
+  }
+  return totals;
+}
+
+absl::StatusOr<ForwardResult> SessionManager::Forward(const Caller& caller, const std::string& session_id,
+                                                      const NamedTensors& inputs, bool training,
+                                                      const std::vector<std::string>& fetch) {
+  TRAIND_SESSION_CALL(session, session_id);
+  ExpireForwards(*session);
+  ForwardResult result;
+  if (!training) {
+    TRAIND_RETURN_IF_ERROR(compute_->Run(
+        [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+          TRAIND_ASSIGN_OR_RETURN(NamedTensors outputs, session->module->Infer(inputs, fetch));
+          TRAIND_ASSIGN_OR_RETURN(result.outputs, DeepCopies(outputs));
+          return absl::OkStatus();
+        },
+        caller.cancelled));
+    return result;
+  }
+  if (!fetch.empty()) {
+    return absl::InvalidArgumentError("fetch_outputs is for inference: a training Forward returns every output");
+  }
+  if (!session->module->has_loss() && static_cast<int64_t>(session->forwards.size()) >=
+                                          limits_.max_forward_handles_per_session) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "session '", session_id, "' holds ", session->forwards.size(), " forward handles, its limit: run Backward on ",
+        "them or ReleaseForward them (unused ones expire after ", absl::FormatDuration(limits_.forward_handle_ttl),
+        ")"));
+  }
+  engine::ForwardPass pass;
+  TRAIND_RETURN_IF_ERROR(compute_->Run(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        TRAIND_ASSIGN_OR_RETURN(pass, session->module->Forward(inputs));
+        TRAIND_ASSIGN_OR_RETURN(result.outputs, DeepCopies(pass.outputs));
+        return absl::OkStatus();
+      },
+      caller.cancelled));
+  const int64_t bytes = pass.SavedBytes();
+  if (session->forward_bytes.load() + bytes > limits_.max_forward_bytes_per_session) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this forward pass keeps ", bytes, " bytes for its backward pass; session '", session_id, "' already holds ",
+        session->forward_bytes.load(), " of its limit of ", limits_.max_forward_bytes_per_session,
+        ": run Backward on (or ReleaseForward) earlier handles, or use smaller batches"));
+  }
+  // Committed: the running statistics move as in PyTorch's train-mode forward, and the pass is kept.
+  TRAIND_RETURN_IF_ERROR(session->module->ApplyRunningStatistics(pass));
+  session->changed_since_checkpoint = true;
+  result.handle = NewRandomId(kForwardHandlePrefix);
+  result.saved_bytes = bytes;
+  Session::PendingForward& pending = session->forwards[result.handle];
+  pending.pass = std::move(pass);
+  pending.bytes = bytes;
+  pending.parameters_version = session->parameters_version;
+  pending.expires = absl::Now() + limits_.forward_handle_ttl;
+  session->forward_count += 1;
+  session->forward_bytes += bytes;
+  session->RefreshSnapshot();
+  return result;
+}
+
+absl::StatusOr<BackwardOutcome> SessionManager::Backward(const Caller& caller, const std::string& session_id,
+                                                         const std::string& handle,
+                                                         const NamedTensors& output_gradients,
+                                                         const std::vector<std::string>& input_gradients,
+                                                         bool return_parameter_gradients) {
+  TRAIND_SESSION_CALL(session, session_id);
+  ExpireForwards(*session);
+  auto it = session->forwards.find(handle);
+  if (it == session->forwards.end()) {
+    for (const auto& [ended, how] : session->ended_forwards) {
+      if (ended == handle) {
+        return absl::FailedPreconditionError(absl::StrCat("forward handle '", handle, "' has already ended (", how,
+                                                          "): run Forward again"));
+      }
+    }
+    return absl::NotFoundError(absl::StrCat("session '", session_id, "' has no forward handle '",
+                                            absl::CHexEscape(handle.substr(0, kMaxNameLength)), "'"));
+  }
+  if (it->second.parameters_version != session->parameters_version) {
+    session->EndForward(it, "its parameters changed before Backward");
+    session->RefreshSnapshot();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the parameters changed (an optimizer step, SetParameters or LoadCheckpoint) since the Forward of handle '",
+        handle, "': its backward pass would mix two models; run Forward again"));
+  }
+  BackwardOutcome outcome;
+  TRAIND_RETURN_IF_ERROR(compute_->Run(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        TRAIND_ASSIGN_OR_RETURN(engine::BackwardResult result,
+                                session->module->Backward(it->second.pass, output_gradients, input_gradients,
+                                                          return_parameter_gradients));
+        TRAIND_ASSIGN_OR_RETURN(outcome.input_gradients, DeepCopies(result.input_gradients));
+        outcome.parameter_gradients = std::move(result.parameter_gradients);  // the Module's own copies
+        return absl::OkStatus();
+      },
+      caller.cancelled));
+  session->EndForward(it, "used by Backward");
+  session->changed_since_checkpoint = true;
+  session->RefreshSnapshot();
+  return outcome;
+}
+
+absl::StatusOr<int> SessionManager::ReleaseForward(const Caller& caller, const std::string& session_id,
+                                                   const std::vector<std::string>& handles) {
+  TRAIND_SESSION_CALL(session, session_id);
+  ExpireForwards(*session);
+  int released = 0;
+  for (const std::string& handle : handles) {
+    auto it = session->forwards.find(handle);
+    if (it == session->forwards.end()) continue;
+    session->EndForward(it, "released");
+    ++released;
+  }
+  session->RefreshSnapshot();
+  return released;
+}
+
+absl::Status SessionManager::ExportForInferenceStream(
+    const Caller& caller, const std::string& session_id, const std::vector<std::string>& output_names,
+    const engine::InferenceExportOptions& options, const std::function<absl::Status(const engine::InferenceExport&)>& consume) {
+  TRAIND_SESSION_CALL(session, session_id);
+  if (!session->module->has_eval_model()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session '", session_id, "' has no eval model, which the inference model is made from"));
+  }
+  std::vector<std::string> outputs = output_names;
+  if (outputs.empty()) outputs = session->module->DefaultInferenceOutputs();
+  if (outputs.empty()) {
+    return absl::InvalidArgumentError(
+        "the eval model has no output but the loss: name the values to export in output_names");
+  }
+  engine::InferenceExport exported;
+  TRAIND_RETURN_IF_ERROR(compute_->Run(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        TRAIND_ASSIGN_OR_RETURN(exported, session->module->ExportInference(outputs, options));
+        return absl::OkStatus();
+      },
+      caller.cancelled));
+  // Still under the session's lock: the layout reads the parameters themselves, which no other call changes now.
+  return consume(exported);
 }
 
 }  // namespace traind

@@ -22,10 +22,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "engine/runtime/plan.h"
 #include "engine/runtime/session.h"
 #include "engine/training/checkpoint.h"
 #include "engine/training/lr_scheduler.h"
+#include "engine/training/module.h"
 #include "server/artifact_store.h"
 #include "server/compute_pool.h"
 #include "server/metrics.h"
@@ -91,15 +93,38 @@ struct SessionInfo {
   CheckpointPolicy checkpoint_policy;
   int64_t checkpoint_step = -1;  // optimizer step of the last automatic checkpoint; -1: none
   double checkpoint_time = 0;    // Unix seconds
+  // Forward / backward (artifacts without a loss; engine::Module's names).
+  bool has_loss = true;
+  std::vector<std::string> forward_inputs;
+  std::vector<std::string> forward_outputs;
+  std::vector<std::string> differentiated_outputs;
+  std::vector<std::string> input_gradients;
+  int64_t forward_handles = 0;
+  int64_t forward_handle_bytes = 0;
 };
 
 struct TrainStepResult {
   float loss = 0.0f;
   engine::NamedTensors outputs;  // the requested ones, in request order
   int64_t optimizer_step = 0;
-  float learning_rate = 0.0f;   // the learning rate this step used
+  float learning_rate = 0.0f;   // the learning rate this step used (the last step's)
   bool skipped = false;
   std::string skip_reason;
+  // Several steps in one call (examples_per_step): each step's loss, and how many were skipped.
+  std::vector<float> step_losses;
+  int skipped_steps = 0;
+};
+
+// Forward's answer: the outputs, and with training the handle Backward takes.
+struct ForwardResult {
+  engine::NamedTensors outputs;
+  std::string handle;
+  int64_t saved_bytes = 0;
+};
+
+struct BackwardOutcome {
+  engine::NamedTensors input_gradients;
+  engine::NamedTensors parameter_gradients;
 };
 
 struct OptimizerStepInfo {
@@ -117,6 +142,9 @@ struct EvalResult {
 struct LearningRateInfo {
   float learning_rate = 0.0f;
   int64_t optimizer_step = 0;
+  // SchedulerStep with a metric ('adaptive').
+  int64_t evaluations_without_improvement = 0;
+  bool stalled = false;
 };
 
 // GetParameters: either one contiguous float32 buffer (names empty) or the named tensors.
@@ -154,6 +182,11 @@ struct SessionLimits {
   // sessions together; past that, RESOURCE_EXHAUSTED at once. 0: no limit. A call admitted is never refused later
   // for want of room, so refusals are immediate.
   int64_t max_admitted_calls = 0;
+  // Forward handles (training-mode passes awaiting Backward) a session may hold, in number and in bytes; past
+  // either, Forward is RESOURCE_EXHAUSTED. A handle not used within forward_handle_ttl expires.
+  int max_forward_handles_per_session = 64;
+  int64_t max_forward_bytes_per_session = int64_t{1} << 30;
+  absl::Duration forward_handle_ttl = absl::Minutes(10);
 };
 
 class SessionManager {
@@ -208,15 +241,53 @@ class SessionManager {
   absl::StatusOr<LearningRateInfo> GetLearningRate(const Caller& caller, const std::string& session_id);
   absl::StatusOr<LearningRateInfo> SetScheduler(const Caller& caller, const std::string& session_id,
                                                 const SchedulerRequest& request);
-  // Manual schedulers: the learning rate becomes the schedule's value at the current optimizer step.
-  absl::StatusOr<LearningRateInfo> SchedulerStep(const Caller& caller, const std::string& session_id);
+  // Manual schedulers: the learning rate becomes the schedule's value at the current optimizer step. With a
+  // metric, an 'adaptive' schedule records it first (FAILED_PRECONDITION for the other kinds).
+  absl::StatusOr<LearningRateInfo> SchedulerStep(const Caller& caller, const std::string& session_id,
+                                                 std::optional<double> metric = std::nullopt);
 
-  // The checkpoint file's bytes (checkpoint.h), with or without optimizer and scheduler state.
+  // Several training steps in one call: `inputs`' first dimension cut into slices of `examples_per_step`
+  // examples, each a TrainStep. Names, dtypes, the two slice shapes and class ids are checked before the first
+  // step; a step failing at run time (a kernel's error) ends the call with the steps before it applied, and the
+  // error says how many.
+  absl::StatusOr<TrainStepResult> TrainSteps(const Caller& caller, const std::string& session_id,
+                                             const engine::NamedTensors& inputs, int64_t examples_per_step,
+                                             bool accumulate_only);
+
+  // Forward / backward (engine::Module::Forward / Backward). `training` keeps the pass under a new handle
+  // (bounded: SessionLimits); otherwise it is inference (Module::Infer), `fetch` choosing the outputs.
+  absl::StatusOr<ForwardResult> Forward(const Caller& caller, const std::string& session_id,
+                                        const engine::NamedTensors& inputs, bool training,
+                                        const std::vector<std::string>& fetch);
+  // Consumes the handle. NOT_FOUND for a handle the session never gave; FAILED_PRECONDITION for one already
+  // used, released or expired, and when the parameters changed since its Forward (the handle then ends too).
+  // INVALID_ARGUMENT for bad gradients or input names, which leave the handle usable.
+  absl::StatusOr<BackwardOutcome> Backward(const Caller& caller, const std::string& session_id,
+                                           const std::string& handle, const engine::NamedTensors& output_gradients,
+                                           const std::vector<std::string>& input_gradients,
+                                           bool return_parameter_gradients);
+  // Releases the handles the session holds among `handles`; returns how many.
+  absl::StatusOr<int> ReleaseForward(const Caller& caller, const std::string& session_id,
+                                     const std::vector<std::string>& handles);
+  // Forward handles held and their bytes, by tenant (for the traind_forward_handle* gauges).
+  std::map<std::string, std::pair<int64_t, int64_t>> ForwardHandlesByTenant() const;
+
+  // The checkpoint file's bytes (checkpoint.h), with or without optimizer and scheduler state;
+  // RESOURCE_EXHAUSTED, before anything is copied, when they would exceed `max_bytes`.
   absl::StatusOr<std::string> SerializeCheckpoint(const Caller& caller, const std::string& session_id,
-                                                  bool include_optimizer_state);
+                                                  bool include_optimizer_state, int64_t max_bytes);
+  // The size of that file (nothing is copied).
+  absl::StatusOr<int64_t> CheckpointSize(const Caller& caller, const std::string& session_id,
+                                         bool include_optimizer_state);
+  // The same file written (streamed, published atomically) at `path`.
+  absl::Status SaveCheckpointFile(const Caller& caller, const std::string& session_id, bool include_optimizer_state,
+                                  const std::string& path);
   // Replaces the session's state (engine::ReplaceCheckpointState); DATA_LOSS for damaged bytes.
   absl::StatusOr<SessionInfo> LoadCheckpoint(const Caller& caller, const std::string& session_id,
                                              const std::string& checkpoint_bytes);
+  // The same from a checkpoint file, read in pieces (one copy in memory).
+  absl::StatusOr<SessionInfo> LoadCheckpointFile(const Caller& caller, const std::string& session_id,
+                                                 const std::string& path);
   absl::StatusOr<engine::PropertyBag> UpdateProperties(const Caller& caller, const std::string& session_id,
                                                        const engine::PropertyBag& set,
                                                        const std::vector<std::string>& remove);
@@ -230,6 +301,13 @@ class SessionManager {
   // The inference model (serialized ONNX); `output_names` empty keeps the eval model's outputs but the loss.
   absl::StatusOr<std::string> ExportForInference(const Caller& caller, const std::string& session_id,
                                                  const std::vector<std::string>& output_names);
+  // The inference model with its parameters in an external data file as `options` say (models beyond protobuf's
+  // 2 GiB), handed to `consume` while the session stays locked: the data file is never written anywhere, `consume`
+  // reads it from the parameters themselves (a download streams it). Other calls on the session wait meanwhile.
+  absl::Status ExportForInferenceStream(const Caller& caller, const std::string& session_id,
+                                        const std::vector<std::string>& output_names,
+                                        const engine::InferenceExportOptions& options,
+                                        const std::function<absl::Status(const engine::InferenceExport&)>& consume);
 
  private:
   class Session;
@@ -241,10 +319,15 @@ class SessionManager {
   // and first checkpoint before registering it.
   absl::StatusOr<SessionInfo> Open(std::shared_ptr<Session> session, SessionModels models, const CancelledFn& cancelled,
                                    bool persist);
+  // LoadCheckpoint's second half: the checked candidate replaces the session's state.
+  absl::StatusOr<SessionInfo> ReplaceCheckpoint(const Caller& caller, const std::string& session_id,
+                                                engine::CheckpointState candidate);
   // Writes the session's checkpoint now (caller holds the session's lock); logs failures.
   absl::Status WriteCheckpoint(Session& session);
   // The session's checkpoint policy says a checkpoint is due after an optimizer step.
   void MaybeCheckpoint(Session& session);
+  // Drops expired forward handles: the session's (its lock held), and those of other sessions not busy now.
+  void ExpireForwards(Session& session);
 
   ComputePool* compute_;
   const SessionLimits limits_;

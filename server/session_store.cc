@@ -99,8 +99,9 @@ SessionRecordData FromProto(const internal::SessionRecord& proto) {
 
 }  // namespace
 
-absl::StatusOr<SessionModels> LoadSessionModels(const TenantSpace& space, const SessionOrigin& origin) {
-  if (!origin.artifact_id.empty()) return space.artifacts->Load(origin.artifact_id);
+absl::StatusOr<SessionModels> LoadSessionModels(const TenantSpace& space, const SessionOrigin& origin,
+                                                bool load_checkpoint) {
+  if (!origin.artifact_id.empty()) return space.artifacts->Load(origin.artifact_id, load_checkpoint);
   if (origin.training_model_blob.empty() || origin.checkpoint_blob.empty()) {
     return absl::InvalidArgumentError("uploaded artifacts need a training model and a checkpoint");
   }
@@ -113,8 +114,11 @@ absl::StatusOr<SessionModels> LoadSessionModels(const TenantSpace& space, const 
     TRAIND_ASSIGN_OR_RETURN(models.optimizer_model,
                             ModelFromBlob(space, origin.optimizer_model_blob, "the optimizer model"));
   }
-  TRAIND_ASSIGN_OR_RETURN(const std::string bytes, space.blobs->Read(origin.checkpoint_blob));
-  TRAIND_ASSIGN_OR_RETURN(models.checkpoint, engine::ParseCheckpoint(bytes, "the uploaded checkpoint"));
+  TRAIND_ASSIGN_OR_RETURN(const std::string checkpoint, space.blobs->Path(origin.checkpoint_blob));
+  if (load_checkpoint) {
+    TRAIND_ASSIGN_OR_RETURN(models.checkpoint, engine::LoadCheckpoint(checkpoint, engine::kDefaultMaxCheckpointBytes));
+    models.checkpoint_from_origin = true;
+  }
   return models;
 }
 
@@ -134,9 +138,10 @@ absl::Status SessionStore::WriteRecord(const SessionRecordData& record) const {
 }
 
 absl::Status SessionStore::WriteCheckpoint(const std::string& tenant, const std::string& session_id,
-                                           absl::string_view checkpoint_bytes) const {
-  return engine::WriteFileAtomically(absl::StrCat(SessionDirectory(tenant, session_id), "/", kCheckpointName),
-                                     checkpoint_bytes);
+                                           const engine::CheckpointState& state,
+                                           const engine::CheckpointSaveOptions& options) const {
+  return engine::SaveCheckpoint(absl::StrCat(SessionDirectory(tenant, session_id), "/", kCheckpointName), state,
+                                options);
 }
 
 void SessionStore::Remove(const std::string& tenant, const std::string& session_id) const {
@@ -178,9 +183,10 @@ std::vector<SessionStore::Stored> SessionStore::LoadAll(std::vector<std::string>
       }
       Stored session;
       session.record = FromProto(proto);
-      absl::StatusOr<std::string> checkpoint =
-          engine::ReadFileLimited(directory + "/" + kCheckpointName, engine::kDefaultMaxCheckpointBytes);
-      if (checkpoint.ok()) session.checkpoint = *std::move(checkpoint);
+      // Read when the session is restored (one at a time), not now: checkpoints may be gigabytes each.
+      if (std::filesystem::is_regular_file(directory + "/" + kCheckpointName, error)) {
+        session.checkpoint_path = directory + "/" + kCheckpointName;
+      }
       stored.push_back(std::move(session));
     }
   }

@@ -31,9 +31,11 @@ struct SessionOrigin {
   std::string checkpoint_blob;
 };
 
-// The models (validated by the engine's loader) and the initial checkpoint of `origin`. NOT_FOUND when the
-// artifact set or a blob is gone; DATA_LOSS when one is damaged.
-absl::StatusOr<SessionModels> LoadSessionModels(const TenantSpace& space, const SessionOrigin& origin);
+// The models (validated by the engine's loader) and the initial checkpoint of `origin` (without it when
+// `load_checkpoint` is false: the caller starts from another one). NOT_FOUND when the artifact set or a blob is
+// gone; DATA_LOSS when one is damaged.
+absl::StatusOr<SessionModels> LoadSessionModels(const TenantSpace& space, const SessionOrigin& origin,
+                                                bool load_checkpoint = true);
 
 // When a session checkpoints itself. Zero fields are off.
 struct CheckpointPolicy {
@@ -61,14 +63,16 @@ class SessionStore {
   explicit SessionStore(std::string state_dir) : state_dir_(std::move(state_dir)) {}
 
   absl::Status WriteRecord(const SessionRecordData& record) const;
+  // Streamed to the file (engine::SaveCheckpoint): never a second copy of the state in memory.
   absl::Status WriteCheckpoint(const std::string& tenant, const std::string& session_id,
-                               absl::string_view checkpoint_bytes) const;
+                               const engine::CheckpointState& state,
+                               const engine::CheckpointSaveOptions& options) const;
   // Forgets a closed session (its directory goes).
   void Remove(const std::string& tenant, const std::string& session_id) const;
 
   struct Stored {
     SessionRecordData record;
-    std::string checkpoint;  // bytes; empty when none was written (a crash during creation)
+    std::string checkpoint_path;  // empty when none was written (a crash during creation)
   };
   // Every stored session of every tenant. Leftovers of interrupted writes are removed; a damaged record or a
   // directory without one is reported in `problems` (and left in place for an operator to look at).

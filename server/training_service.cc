@@ -1,6 +1,7 @@
 #include "server/training_service.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "absl/strings/escaping.h"
@@ -104,7 +105,15 @@ v1::LearningRate LearningRateToWire(const LearningRateInfo& info) {
   v1::LearningRate wire;
   wire.set_learning_rate(info.learning_rate);
   wire.set_optimizer_step(info.optimizer_step);
+  wire.set_evaluations_without_improvement(info.evaluations_without_improvement);
+  wire.set_stalled(info.stalled);
   return wire;
+}
+
+absl::Status NamedTensorsToWire(const engine::NamedTensors& tensors,
+                                google::protobuf::RepeatedPtrField<v1::Tensor>* wire) {
+  for (const auto& [name, tensor] : tensors) TRAIND_RETURN_IF_ERROR(TensorToWire(name, tensor, wire->Add()));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -150,6 +159,27 @@ std::vector<std::string> TrainingServiceImpl::FullMethodNames() {
 absl::StatusOr<onnx::ModelProto> TrainingServiceImpl::ResolveModel(const TenantSpace& space,
                                                                    const v1::ModelSource& source,
                                                                    const std::string& what) const {
+  // External data stays in its blobs: the loader checks every reference against them and leaves the weights in
+  // place (mapped when a tensor is made of them), so a model of any size is never copied into the proto.
+  engine::LoadOptions options;
+  if (source.external_data_size() > kMaxExternalDataFiles) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " names ", source.external_data_size(), " external data files; at most ",
+                     kMaxExternalDataFiles, " are accepted"));
+  }
+  for (const auto& [location, blob_id] : source.external_data()) {
+    if (location.empty() || location.size() > kMaxExternalDataLocationBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": an external data location is empty or longer than ",
+                                                     kMaxExternalDataLocationBytes, " bytes"));
+    }
+    absl::StatusOr<std::string> path = space.blobs->Path(blob_id);
+    if (!path.ok()) {
+      return absl::Status(path.status().code(), absl::StrCat(what, ": external data '",
+                                                             absl::CHexEscape(location), "': ", path.status().message()));
+    }
+    options.external_data_files[location] = *std::move(path);
+  }
+  options.map_external_data = !options.external_data_files.empty();
   std::string blob;
   absl::string_view bytes;
   switch (source.source_case()) {
@@ -164,7 +194,7 @@ absl::StatusOr<onnx::ModelProto> TrainingServiceImpl::ResolveModel(const TenantS
     case v1::ModelSource::SOURCE_NOT_SET:
       return absl::InvalidArgumentError(absl::StrCat(what, " is missing: give onnx_bytes or a blob_id"));
   }
-  absl::StatusOr<onnx::ModelProto> model = engine::LoadModelFromBytes(bytes);
+  absl::StatusOr<onnx::ModelProto> model = engine::LoadModelFromBytes(bytes, options);
   if (!model.ok()) return absl::Status(model.status().code(), absl::StrCat(what, ": ", model.status().message()));
   return model;
 }
@@ -281,11 +311,26 @@ grpc::Status TrainingServiceImpl::GenerateArtifacts(Context* context, const v1::
     artifact_bytes += static_cast<int64_t>(parameter.data.byte_size());
   }
   if (absl::Status room = CheckStorage(call, artifact_bytes); !room.ok()) return Fail(context, room);
-  absl::StatusOr<StoredArtifacts> stored = call.space->artifacts->Save(*artifacts, request->prefix(),
-                                                            request->nominal_checkpoint(),
-                                                            request->return_artifact_bytes());
+  absl::StatusOr<StoredArtifacts> stored =
+      call.space->artifacts->Save(*artifacts, request->prefix(), request->nominal_checkpoint());
   if (!stored.ok()) return Fail(context, stored.status());
   response->set_artifact_id(stored->artifact_id);
+  if (request->return_artifact_bytes()) {
+    // Read back only what a message can carry (a large model's checkpoint is downloaded in pieces instead).
+    int64_t total = 0;
+    for (const ArtifactFileInfo& file : stored->files) total += file.size_bytes;
+    if (total > limits_.max_message_bytes) {
+      return Fail(context, absl::ResourceExhaustedError(absl::StrCat(
+                               "the artifacts (stored as ", stored->artifact_id,
+                               ") are larger than the message limit of ", limits_.max_message_bytes,
+                               " bytes: ask without return_artifact_bytes")));
+    }
+    for (ArtifactFileInfo& file : stored->files) {
+      absl::StatusOr<ArtifactFileInfo> read = call.space->artifacts->ReadFile(stored->artifact_id, file.kind);
+      if (!read.ok()) return Fail(context, read.status());
+      file.content = std::move(read->content);
+    }
+  }
   for (ArtifactFileInfo& file : stored->files) {
     v1::ArtifactFile* wire = response->add_files();
     wire->set_kind(file.kind);
@@ -329,21 +374,28 @@ absl::StatusOr<SessionModels> TrainingServiceImpl::ModelsOf(const TenantSpace& s
   if (request.artifacts_case() == v1::CreateSessionRequest::ARTIFACTS_NOT_SET) {
     return absl::InvalidArgumentError("give an artifact_id or uploaded artifacts");
   }
-  TRAIND_ASSIGN_OR_RETURN(SessionModels models, LoadSessionModels(space, OriginOf(request)));
+  // A starting checkpoint replaces the artifacts' one, which is then not read at all.
+  const bool from_artifacts = request.start_case() == v1::CreateSessionRequest::START_NOT_SET;
+  TRAIND_ASSIGN_OR_RETURN(SessionModels models, LoadSessionModels(space, OriginOf(request), from_artifacts));
   std::string start;
   switch (request.start_case()) {
     case v1::CreateSessionRequest::kCheckpointName: {
-      TRAIND_ASSIGN_OR_RETURN(start, space.artifacts->ReadCheckpoint(request.checkpoint_name()));
+      TRAIND_ASSIGN_OR_RETURN(start, space.artifacts->ExistingCheckpointPath(request.checkpoint_name()));
       break;
     }
     case v1::CreateSessionRequest::kCheckpointBlobId: {
-      TRAIND_ASSIGN_OR_RETURN(start, space.blobs->Read(request.checkpoint_blob_id()));
+      TRAIND_ASSIGN_OR_RETURN(start, space.blobs->Path(request.checkpoint_blob_id()));
       break;
     }
     case v1::CreateSessionRequest::START_NOT_SET:
       return models;
   }
-  TRAIND_ASSIGN_OR_RETURN(models.checkpoint, engine::ParseCheckpoint(start, "the starting checkpoint"));
+  absl::StatusOr<engine::CheckpointState> checkpoint = engine::LoadCheckpoint(start);
+  if (!checkpoint.ok()) {
+    return absl::Status(checkpoint.status().code(),
+                        absl::StrCat("the starting checkpoint: ", checkpoint.status().message()));
+  }
+  models.checkpoint = *std::move(checkpoint);
   return models;
 }
 
@@ -444,8 +496,16 @@ absl::Status TrainingServiceImpl::Step(const Call& call, const v1::TrainStepRequ
   TRAIND_ASSIGN_OR_RETURN(engine::NamedTensors inputs,
                           NamedTensorsFromWire(request.inputs(), limits_.max_message_bytes, "inputs", "input"));
   const std::vector<std::string> fetch(request.fetch_outputs().begin(), request.fetch_outputs().end());
-  TRAIND_ASSIGN_OR_RETURN(TrainStepResult result, sessions_->TrainStep(call.caller, request.session_id(), inputs,
-                                                                       request.accumulate_only(), fetch));
+  if (request.examples_per_step() < 0) return absl::InvalidArgumentError("examples_per_step must be >= 0");
+  if (request.examples_per_step() > 0 && !fetch.empty()) {
+    return absl::InvalidArgumentError("fetch_outputs cannot be combined with examples_per_step");
+  }
+  TRAIND_ASSIGN_OR_RETURN(TrainStepResult result,
+                          request.examples_per_step() > 0
+                              ? sessions_->TrainSteps(call.caller, request.session_id(), inputs,
+                                                      request.examples_per_step(), request.accumulate_only())
+                              : sessions_->TrainStep(call.caller, request.session_id(), inputs,
+                                                     request.accumulate_only(), fetch));
   response->set_loss(result.loss);
   for (const auto& [name, tensor] : result.outputs) {
     TRAIND_RETURN_IF_ERROR(TensorToWire(name, tensor, response->add_outputs()));
@@ -454,6 +514,8 @@ absl::Status TrainingServiceImpl::Step(const Call& call, const v1::TrainStepRequ
   response->set_learning_rate(result.learning_rate);
   response->set_skipped(result.skipped);
   response->set_skip_reason(result.skip_reason);
+  response->mutable_step_losses()->Assign(result.step_losses.begin(), result.step_losses.end());
+  response->set_skipped_steps(result.skipped_steps);
   return absl::OkStatus();
 }
 
@@ -566,9 +628,59 @@ grpc::Status TrainingServiceImpl::SetScheduler(Context* context, const v1::SetSc
 grpc::Status TrainingServiceImpl::SchedulerStep(Context* context, const v1::SchedulerStepRequest* request,
                                                 v1::LearningRate* response) {
   TRAIND_AUTHORIZE(call);
-  absl::StatusOr<LearningRateInfo> rate = sessions_->SchedulerStep(call.caller, request->session_id());
+  std::optional<double> metric;
+  if (request->has_metric()) metric = request->metric();
+  absl::StatusOr<LearningRateInfo> rate = sessions_->SchedulerStep(call.caller, request->session_id(), metric);
   if (!rate.ok()) return Fail(context, rate.status());
   *response = LearningRateToWire(*rate);
+  return grpc::Status::OK;
+}
+
+// ---- Forward / backward ----
+
+grpc::Status TrainingServiceImpl::Forward(Context* context, const v1::ForwardRequest* request,
+                                          v1::ForwardResponse* response) {
+  TRAIND_AUTHORIZE(call);
+  absl::StatusOr<engine::NamedTensors> inputs =
+      NamedTensorsFromWire(request->inputs(), limits_.max_message_bytes, "inputs", "input");
+  if (!inputs.ok()) return Fail(context, inputs.status());
+  const std::vector<std::string> fetch(request->fetch_outputs().begin(), request->fetch_outputs().end());
+  absl::StatusOr<ForwardResult> result =
+      sessions_->Forward(call.caller, request->session_id(), *inputs, request->training(), fetch);
+  if (!result.ok()) return Fail(context, result.status());
+  if (absl::Status encoded = NamedTensorsToWire(result->outputs, response->mutable_outputs()); !encoded.ok()) {
+    return Fail(context, encoded);
+  }
+  response->set_handle(result->handle);
+  response->set_saved_bytes(result->saved_bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::Backward(Context* context, const v1::BackwardRequest* request,
+                                           v1::BackwardResponse* response) {
+  TRAIND_AUTHORIZE(call);
+  if (request->handle().empty()) return Fail(context, absl::InvalidArgumentError("no forward handle given"));
+  absl::StatusOr<engine::NamedTensors> gradients =
+      NamedTensorsFromWire(request->output_gradients(), limits_.max_message_bytes, "output_gradients", "gradient");
+  if (!gradients.ok()) return Fail(context, gradients.status());
+  const std::vector<std::string> inputs(request->input_gradients().begin(), request->input_gradients().end());
+  absl::StatusOr<BackwardOutcome> outcome =
+      sessions_->Backward(call.caller, request->session_id(), request->handle(), *gradients, inputs,
+                          request->return_parameter_gradients());
+  if (!outcome.ok()) return Fail(context, outcome.status());
+  absl::Status encoded = NamedTensorsToWire(outcome->input_gradients, response->mutable_input_gradients());
+  if (encoded.ok()) encoded = NamedTensorsToWire(outcome->parameter_gradients, response->mutable_parameter_gradients());
+  if (!encoded.ok()) return Fail(context, encoded);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::ReleaseForward(Context* context, const v1::ReleaseForwardRequest* request,
+                                                 v1::ReleaseForwardResponse* response) {
+  TRAIND_AUTHORIZE(call);
+  const std::vector<std::string> handles(request->handles().begin(), request->handles().end());
+  absl::StatusOr<int> released = sessions_->ReleaseForward(call.caller, request->session_id(), handles);
+  if (!released.ok()) return Fail(context, released.status());
+  response->set_released(*released);
   return grpc::Status::OK;
 }
 
@@ -585,8 +697,29 @@ grpc::Status TrainingServiceImpl::SaveCheckpoint(Context* context, const v1::Sav
       return Fail(context, valid);
     }
   }
-  absl::StatusOr<std::string> bytes =
-      sessions_->SerializeCheckpoint(call.caller, request->session_id(), request->include_optimizer_state());
+  if (!request->return_bytes()) {
+    // Stored only: streamed from the session's state to the file, never held in memory (models of any size).
+    absl::StatusOr<std::string> path = call.space->artifacts->CheckpointPath(request->name());
+    if (!path.ok()) return Fail(context, path.status());
+    absl::StatusOr<int64_t> size =
+        sessions_->CheckpointSize(call.caller, request->session_id(), request->include_optimizer_state());
+    if (!size.ok()) return Fail(context, size.status());
+    if (absl::Status room = CheckStorage(call, *size); !room.ok()) return Fail(context, room);
+    if (absl::Status saved = sessions_->SaveCheckpointFile(call.caller, request->session_id(),
+                                                           request->include_optimizer_state(), *path);
+        !saved.ok()) {
+      return Fail(context, saved);
+    }
+    absl::StatusOr<StoredCheckpointInfo> info = call.space->artifacts->CheckpointInfo(request->name());
+    if (!info.ok()) return Fail(context, info.status());
+    response->set_name(request->name());
+    response->set_size_bytes(info->size_bytes);
+    response->set_sha256_hex(info->sha256_hex);
+    return grpc::Status::OK;
+  }
+  // The bytes (refused before they are made when a message cannot carry them), stored too when named.
+  absl::StatusOr<std::string> bytes = sessions_->SerializeCheckpoint(
+      call.caller, request->session_id(), request->include_optimizer_state(), limits_.max_message_bytes - 4096);
   if (!bytes.ok()) return Fail(context, bytes.status());
   if (!request->name().empty()) {
     if (absl::Status room = CheckStorage(call, static_cast<int64_t>(bytes->size())); !room.ok()) {
@@ -599,30 +732,34 @@ grpc::Status TrainingServiceImpl::SaveCheckpoint(Context* context, const v1::Sav
   response->set_name(request->name());
   response->set_size_bytes(static_cast<int64_t>(bytes->size()));
   response->set_sha256_hex(engine::Sha256Hex(*bytes));
-  if (request->return_bytes()) response->set_content(*std::move(bytes));
+  response->set_content(*std::move(bytes));
   return grpc::Status::OK;
 }
 
 grpc::Status TrainingServiceImpl::LoadCheckpoint(Context* context, const v1::LoadCheckpointRequest* request,
                                                  v1::LoadCheckpointResponse* response) {
   TRAIND_AUTHORIZE(call);
-  absl::StatusOr<std::string> bytes;
+  // Stored checkpoints and blobs are read from their files in pieces (one copy of the state in memory).
+  absl::StatusOr<std::string> path;
   switch (request->source_case()) {
     case v1::LoadCheckpointRequest::kName:
-      bytes = call.space->artifacts->ReadCheckpoint(request->name());
+      path = call.space->artifacts->ExistingCheckpointPath(request->name());
       break;
     case v1::LoadCheckpointRequest::kContent:
-      bytes = request->content();
+      path = "";
       break;
     case v1::LoadCheckpointRequest::kBlobId:
-      bytes = call.space->blobs->Read(request->blob_id());
+      path = call.space->blobs->Path(request->blob_id());
       break;
     case v1::LoadCheckpointRequest::SOURCE_NOT_SET:
-      bytes = absl::InvalidArgumentError("give the checkpoint's name, content or blob_id");
+      path = absl::InvalidArgumentError("give the checkpoint's name, content or blob_id");
       break;
   }
-  if (!bytes.ok()) return Fail(context, bytes.status());
-  absl::StatusOr<SessionInfo> info = sessions_->LoadCheckpoint(call.caller, request->session_id(), *bytes);
+  if (!path.ok()) return Fail(context, path.status());
+  absl::StatusOr<SessionInfo> info =
+      request->source_case() == v1::LoadCheckpointRequest::kContent
+          ? sessions_->LoadCheckpoint(call.caller, request->session_id(), request->content())
+          : sessions_->LoadCheckpointFile(call.caller, request->session_id(), *path);
   if (!info.ok()) {
     return Fail(context, info.status(),
                 info.status().code() == absl::StatusCode::kDataLoss ? "CHECKPOINT_DIGEST_MISMATCH" : "");
@@ -713,6 +850,10 @@ grpc::Status TrainingServiceImpl::SetParameters(Context* context, const v1::SetP
 grpc::Status TrainingServiceImpl::ExportForInference(Context* context, const v1::ExportForInferenceRequest* request,
                                                      v1::ExportForInferenceResponse* response) {
   TRAIND_AUTHORIZE(call);
+  if (!request->external_data_file().empty()) {
+    return Fail(context, absl::InvalidArgumentError(
+                             "an export with an external data file is two files: download it (Download.export)"));
+  }
   const std::vector<std::string> outputs(request->output_names().begin(), request->output_names().end());
   absl::StatusOr<std::string> model = sessions_->ExportForInference(call.caller, request->session_id(), outputs);
   if (!model.ok()) return Fail(context, model.status());
@@ -848,6 +989,86 @@ grpc::Status TrainingServiceImpl::DeleteCheckpoint(Context* context, const v1::D
   return grpc::Status::OK;
 }
 
+namespace {
+
+// One file of a download: bytes in memory, a file read in pieces, or an export's external data file read from the
+// session's parameters.
+struct DownloadPart {
+  std::string file_name;
+  std::string content;  // when neither `path` nor `layout` is set
+  std::string path;
+  const engine::ExternalDataLayout* layout = nullptr;
+  int64_t size_bytes = 0;
+  std::string sha256_hex;  // what the header announces; a file's pieces are checked against it as they go
+};
+
+absl::StatusOr<DownloadPart> FilePart(const std::string& file_name, const std::string& path, std::string sha256_hex) {
+  std::error_code error;
+  const auto size = std::filesystem::file_size(path, error);
+  if (error) return absl::NotFoundError(absl::StrCat("'", file_name, "' is gone"));
+  DownloadPart part;
+  part.file_name = file_name;
+  part.path = path;
+  part.size_bytes = static_cast<int64_t>(size);
+  part.sha256_hex = std::move(sha256_hex);
+  return part;
+}
+
+DownloadPart ContentPart(std::string file_name, std::string content) {
+  DownloadPart part;
+  part.file_name = std::move(file_name);
+  part.size_bytes = static_cast<int64_t>(content.size());
+  part.sha256_hex = engine::Sha256Hex(content);
+  part.content = std::move(content);
+  return part;
+}
+
+// Streams the parts, each after its header, in chunks of at most `chunk` bytes. CANCELLED when the client went
+// away; DATA_LOSS when a stored file no longer matches its recorded digest (the client checks too).
+absl::Status StreamParts(grpc::ServerContext* context, grpc::ServerWriter<v1::DownloadResponse>* writer, int64_t chunk,
+                         const std::vector<DownloadPart>& parts) {
+  for (const DownloadPart& part : parts) {
+    v1::DownloadResponse header;
+    header.mutable_header()->set_total_bytes(part.size_bytes);
+    header.mutable_header()->set_sha256_hex(part.sha256_hex);
+    header.mutable_header()->set_file_name(part.file_name);
+    header.mutable_header()->set_file_count(static_cast<int32_t>(parts.size()));
+    if (!writer->Write(header)) return absl::CancelledError("the client went away");
+    std::unique_ptr<engine::FileReader> file;
+    if (!part.path.empty()) {
+      TRAIND_ASSIGN_OR_RETURN(file, engine::FileReader::Open(part.path));
+      if (file->size() != part.size_bytes) {
+        return absl::DataLossError(absl::StrCat("'", part.file_name, "' changed during the download"));
+      }
+    }
+    engine::Sha256 digest;
+    v1::DownloadResponse piece;
+    for (int64_t offset = 0; offset < part.size_bytes; offset += chunk) {
+      if (context->IsCancelled()) return absl::CancelledError("the download was cancelled");
+      const size_t length = static_cast<size_t>(std::min(chunk, part.size_bytes - offset));
+      if (file != nullptr) {
+        std::string* bytes = piece.mutable_chunk();
+        bytes->resize(length);
+        TRAIND_RETURN_IF_ERROR(file->Read(bytes->data(), length));
+        digest.Update(*bytes);
+      } else if (part.layout != nullptr) {
+        std::string* bytes = piece.mutable_chunk();
+        bytes->resize(length);
+        part.layout->Read(offset, length, bytes->data());
+      } else {
+        piece.set_chunk(part.content.substr(static_cast<size_t>(offset), length));
+      }
+      if (!writer->Write(piece)) return absl::CancelledError("the client went away");
+    }
+    if (file != nullptr && digest.FinishHex() != part.sha256_hex) {
+      return absl::DataLossError(absl::StrCat("'", part.file_name, "' no longer matches its recorded digest"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 grpc::Status TrainingServiceImpl::Download(Context* context, const v1::DownloadRequest* request,
                                            grpc::ServerWriter<v1::DownloadResponse>* writer) {
   TRAIND_AUTHORIZE(call);
@@ -855,51 +1076,82 @@ grpc::Status TrainingServiceImpl::Download(Context* context, const v1::DownloadR
   const int64_t most = std::max<int64_t>(1, limits_.max_message_bytes - 1024);
   if (request->chunk_bytes() < 0) return Fail(context, absl::InvalidArgumentError("chunk_bytes must be >= 0"));
   const int64_t chunk = std::min(most, request->chunk_bytes() == 0 ? int64_t{1} << 20 : request->chunk_bytes());
-  absl::StatusOr<std::string> content;
-  std::string file_name;
+  absl::Status done = absl::OkStatus();
   switch (request->source_case()) {
-    case v1::DownloadRequest::kBlobId:
-      content = call.space->blobs->Read(request->blob_id());
-      file_name = request->blob_id();
-      break;
-    case v1::DownloadRequest::kArtifactFile: {
-      absl::StatusOr<ArtifactFileInfo> file =
-          call.space->artifacts->ReadFile(request->artifact_file().artifact_id(), request->artifact_file().kind());
-      if (file.ok()) {
-        file_name = file->file_name;
-        content = std::move(file->content);
-      } else {
-        content = file.status();
-      }
+    case v1::DownloadRequest::kBlobId: {
+      absl::StatusOr<std::string> path = call.space->blobs->Path(request->blob_id());
+      absl::StatusOr<DownloadPart> part =
+          path.ok() ? FilePart(request->blob_id(), *path, request->blob_id()) : path.status();
+      done = part.ok() ? StreamParts(context, writer, chunk, {*std::move(part)}) : part.status();
       break;
     }
-    case v1::DownloadRequest::kCheckpointName:
-      content = call.space->artifacts->ReadCheckpoint(request->checkpoint_name());
-      file_name = request->checkpoint_name();
+    case v1::DownloadRequest::kArtifactFile: {
+      absl::StatusOr<ArtifactFileInfo> file =
+          call.space->artifacts->FileOf(request->artifact_file().artifact_id(), request->artifact_file().kind());
+      absl::StatusOr<DownloadPart> part =
+          file.ok() ? FilePart(file->file_name, file->path, file->sha256_hex) : file.status();
+      if (part.ok() && part->size_bytes != file->size_bytes) {
+        part = absl::DataLossError(absl::StrCat("artifact file '", file->file_name, "' no longer matches its digest"));
+      }
+      done = part.ok() ? StreamParts(context, writer, chunk, {*std::move(part)}) : part.status();
       break;
+    }
+    case v1::DownloadRequest::kCheckpointName: {
+      absl::StatusOr<StoredCheckpointInfo> info = call.space->artifacts->CheckpointInfo(request->checkpoint_name());
+      absl::StatusOr<std::string> path =
+          info.ok() ? call.space->artifacts->ExistingCheckpointPath(request->checkpoint_name()) : info.status();
+      absl::StatusOr<DownloadPart> part =
+          path.ok() ? FilePart(request->checkpoint_name(), *path, info->sha256_hex) : path.status();
+      done = part.ok() ? StreamParts(context, writer, chunk, {*std::move(part)}) : part.status();
+      break;
+    }
     case v1::DownloadRequest::kExport: {
-      const std::vector<std::string> outputs(request->export_().output_names().begin(),
-                                             request->export_().output_names().end());
-      content = sessions_->ExportForInference(call.caller, request->export_().session_id(), outputs);
-      file_name = "model.onnx";
+      const v1::ExportForInferenceRequest& export_request = request->export_();
+      const std::vector<std::string> outputs(export_request.output_names().begin(),
+                                             export_request.output_names().end());
+      if (export_request.external_data_file().empty()) {
+        absl::StatusOr<std::string> content =
+            sessions_->ExportForInference(call.caller, export_request.session_id(), outputs);
+        done = content.ok() ? StreamParts(context, writer, chunk, {ContentPart("model.onnx", *std::move(content))})
+                            : content.status();
+        break;
+      }
+      // The model, then its external data file, streamed from the session's parameters under its lock: the data
+      // file is never written anywhere on the daemon.
+      engine::InferenceExportOptions options;
+      options.external_data_file = export_request.external_data_file();
+      if (export_request.external_data_threshold_bytes() > 0) {
+        options.external_threshold_bytes = export_request.external_data_threshold_bytes();
+      }
+      done = CheckStateName(options.external_data_file, "external_data_file");
+      if (done.ok() && options.external_data_file == "model.onnx") {
+        done = absl::InvalidArgumentError("external_data_file must not be 'model.onnx', the model's own name");
+      }
+      if (!done.ok()) break;
+      done = sessions_->ExportForInferenceStream(
+          call.caller, export_request.session_id(), outputs, options,
+          [&](const engine::InferenceExport& exported) -> absl::Status {
+            std::vector<DownloadPart> parts = {ContentPart("model.onnx", exported.model_bytes)};
+            if (!exported.external_data.empty()) {
+              DownloadPart data;
+              data.file_name = exported.external_data.file_name();
+              data.layout = &exported.external_data;
+              data.size_bytes = exported.external_data.size_bytes();
+              data.sha256_hex = exported.external_data.Sha256Hex();
+              parts.push_back(std::move(data));
+            }
+            return StreamParts(context, writer, chunk, parts);
+          });
       break;
     }
     case v1::DownloadRequest::SOURCE_NOT_SET:
-      content = absl::InvalidArgumentError("name what to download: a blob, an artifact file, a checkpoint or an export");
+      done = absl::InvalidArgumentError("name what to download: a blob, an artifact file, a checkpoint or an export");
       break;
   }
-  if (!content.ok()) return Fail(context, content.status());
-  v1::DownloadResponse header;
-  header.mutable_header()->set_total_bytes(static_cast<int64_t>(content->size()));
-  header.mutable_header()->set_sha256_hex(engine::Sha256Hex(*content));
-  header.mutable_header()->set_file_name(file_name);
-  if (!writer->Write(header)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-  v1::DownloadResponse part;
-  for (size_t offset = 0; offset < content->size(); offset += static_cast<size_t>(chunk)) {
-    if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the download was cancelled");
-    part.set_chunk(content->substr(offset, static_cast<size_t>(chunk)));
-    if (!writer->Write(part)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+  if (done.code() == absl::StatusCode::kCancelled) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, std::string(done.message()));
   }
+  if (!done.ok()) return Fail(context, done);
   return grpc::Status::OK;
 }
 

@@ -18,6 +18,10 @@
 
 namespace traind {
 
+// Bounds on a ModelSource's external data map (each entry names an uploaded blob).
+inline constexpr int kMaxExternalDataFiles = 4096;
+inline constexpr size_t kMaxExternalDataLocationBytes = 4096;
+
 struct ServiceLimits {
   int64_t max_message_bytes = 0;
   int64_t max_sessions = 0;
@@ -52,6 +56,9 @@ class TrainingServiceImpl final : public traind::v1::TrainingService::Service {
   grpc::Status GetLearningRate(Context*, const v1::GetLearningRateRequest*, v1::LearningRate*) override;
   grpc::Status SetScheduler(Context*, const v1::SetSchedulerRequest*, v1::SetSchedulerResponse*) override;
   grpc::Status SchedulerStep(Context*, const v1::SchedulerStepRequest*, v1::LearningRate*) override;
+  grpc::Status Forward(Context*, const v1::ForwardRequest*, v1::ForwardResponse*) override;
+  grpc::Status Backward(Context*, const v1::BackwardRequest*, v1::BackwardResponse*) override;
+  grpc::Status ReleaseForward(Context*, const v1::ReleaseForwardRequest*, v1::ReleaseForwardResponse*) override;
 
   grpc::Status SaveCheckpoint(Context*, const v1::SaveCheckpointRequest*, v1::SaveCheckpointResponse*) override;
   grpc::Status LoadCheckpoint(Context*, const v1::LoadCheckpointRequest*, v1::LoadCheckpointResponse*) override;

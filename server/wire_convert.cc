@@ -151,6 +151,13 @@ void SessionInfoToWire(const SessionInfo& info, v1::Session* wire) {
   wire->mutable_checkpoint_policy()->set_every_seconds(info.checkpoint_policy.every_seconds);
   wire->set_checkpoint_step(info.checkpoint_step);
   wire->set_checkpoint_time(info.checkpoint_time);
+  wire->set_has_loss(info.has_loss);
+  for (const auto& name : info.forward_inputs) wire->add_forward_inputs(name);
+  for (const auto& name : info.forward_outputs) wire->add_forward_outputs(name);
+  for (const auto& name : info.differentiated_outputs) wire->add_differentiated_outputs(name);
+  for (const auto& name : info.input_gradients) wire->add_input_gradients(name);
+  wire->set_forward_handles(static_cast<int32_t>(info.forward_handles));
+  wire->set_forward_handle_bytes(info.forward_handle_bytes);
 }
 
 // ---- GenerateArtifacts ----
@@ -292,6 +299,13 @@ absl::Status OptimizerFromWire(const v1::OptimizerSpec& spec, engine::ArtifactOp
   optimizer.max_grad_norm = spec.has_max_grad_norm() ? spec.max_grad_norm() : 0.0f;
   TRAIND_RETURN_IF_ERROR(CheckRange("max_grad_norm", optimizer.max_grad_norm, 0, kInfinity, false));
   optimizer.onnx_standard_op = spec.onnx_standard_op();
+  if (spec.has_penalty()) {
+    optimizer.penalty_alpha = spec.penalty().alpha();
+    optimizer.penalty_l1_ratio = spec.penalty().l1_ratio();
+    optimizer.penalized.assign(spec.penalty().parameters().begin(), spec.penalty().parameters().end());
+    TRAIND_RETURN_IF_ERROR(CheckRange("penalty.alpha", optimizer.penalty_alpha, 0, kInfinity, true));
+    TRAIND_RETURN_IF_ERROR(CheckRange("penalty.l1_ratio", optimizer.penalty_l1_ratio, 0, 1, true));
+  }
   return absl::OkStatus();
 }
 
@@ -341,8 +355,15 @@ absl::StatusOr<engine::ArtifactOptions> ArtifactOptionsFromWire(const v1::Genera
       }
       break;
     }
+    case v1::LossSpec::kNoLoss: {
+      engine::OutputGradientOptions& no_loss = options.output_gradients.emplace();
+      no_loss.outputs.assign(loss.no_loss().outputs().begin(), loss.no_loss().outputs().end());
+      no_loss.inputs.assign(loss.no_loss().input_gradients().begin(), loss.no_loss().input_gradients().end());
+      no_loss.no_input_gradients = loss.no_loss().no_input_gradients();
+      break;
+    }
     case v1::LossSpec::KIND_NOT_SET:
-      return Invalid("no loss given: set loss.builtin, loss.weighted or loss.custom");
+      return Invalid("no loss given: set loss.builtin, loss.weighted, loss.custom or loss.no_loss");
   }
   TRAIND_RETURN_IF_ERROR(OptimizerFromWire(request.optimizer(), &options));
   return options;
@@ -388,6 +409,27 @@ absl::StatusOr<std::optional<engine::LearningRateScheduler>> SchedulerFromWire(c
     case v1::SchedulerSpec::kStep:
       scheduler = engine::LearningRateScheduler::Step(spec.step().step_size(), spec.step().gamma());
       break;
+    case v1::SchedulerSpec::kConstant:
+      scheduler = engine::LearningRateScheduler::Constant();
+      break;
+    case v1::SchedulerSpec::kInverseScaling: {
+      const v1::SchedulerSpec::InverseScaling& inverse = spec.inverse_scaling();
+      scheduler = engine::LearningRateScheduler::InverseScaling(
+          inverse.power_t(), inverse.offset() == 0 ? 1.0f : inverse.offset(),
+          inverse.scale() == 0 ? 1.0f : inverse.scale(), inverse.interval() == 0 ? 1 : inverse.interval());
+      break;
+    }
+    case v1::SchedulerSpec::kOptimal:
+      scheduler = engine::LearningRateScheduler::Optimal(spec.optimal().alpha(),
+                                                         spec.optimal().scale() == 0 ? 1.0f : spec.optimal().scale());
+      break;
+    case v1::SchedulerSpec::kAdaptive: {
+      const v1::SchedulerSpec::Adaptive& adaptive = spec.adaptive();
+      scheduler = engine::LearningRateScheduler::Adaptive(adaptive.patience(), adaptive.tol(),
+                                                          adaptive.factor() == 0 ? 0.2f : adaptive.factor(),
+                                                          adaptive.has_min_lr() ? adaptive.min_lr() : 1e-6f);
+      break;
+    }
     case v1::SchedulerSpec::KIND_NOT_SET:
       return std::optional<engine::LearningRateScheduler>();
   }

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <limits>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -16,6 +17,7 @@
 #include "client/tensor_files.h"
 #include "client/transfer.h"
 #include "engine/io/file_util.h"
+#include "onnx/onnx_pb.h"
 
 namespace traind::cli {
 namespace {
@@ -26,17 +28,49 @@ using Stub = CommandContext::Stub;
 // model the daemon has already is not sent again).
 constexpr int64_t kInlineModelBytes = int64_t{4} << 20;
 
+// Every ONNX external data location `graph` (and its subgraphs) references.
+void CollectExternalLocations(const onnx::GraphProto& graph, std::set<std::string>& locations) {
+  auto visit = [&locations](const onnx::TensorProto& tensor) {
+    if (tensor.data_location() != onnx::TensorProto::EXTERNAL) return;
+    for (const auto& entry : tensor.external_data()) {
+      if (entry.key() == "location") locations.insert(entry.value());
+    }
+  };
+  for (const auto& tensor : graph.initializer()) visit(tensor);
+  for (const auto& node : graph.node()) {
+    for (const auto& attribute : node.attribute()) {
+      if (attribute.has_t()) visit(attribute.t());
+      for (const auto& tensor : attribute.tensors()) visit(tensor);
+      if (attribute.has_g()) CollectExternalLocations(attribute.g(), locations);
+      for (const auto& subgraph : attribute.graphs()) CollectExternalLocations(subgraph, locations);
+    }
+  }
+}
+
 absl::StatusOr<v1::ModelSource> ModelSourceFor(CommandContext& context, const std::string& path) {
   v1::ModelSource source;
   std::error_code error;
   const uintmax_t size = std::filesystem::file_size(path, error);
   if (error) return LocalFileError(absl::NotFoundError(absl::StrCat("cannot read '", path, "': ", error.message())));
+  absl::StatusOr<std::string> bytes = ReadWholeFile(path, std::numeric_limits<int32_t>::max());
+  if (!bytes.ok()) return bytes.status();
+  // Weights kept in external data files (models beyond protobuf's 2 GiB) are uploaded as blobs of their own, by
+  // digest; the daemon reads them in place.
+  onnx::ModelProto model;
+  std::set<std::string> locations;
+  if (model.ParseFromString(*bytes)) CollectExternalLocations(model.graph(), locations);
+  const std::string directory = std::filesystem::path(path).parent_path().string();
+  for (const std::string& location : locations) {
+    const std::string file = directory.empty() ? location : directory + "/" + location;
+    absl::StatusOr<UploadResult> uploaded = UploadFile(context, file, location);
+    if (!uploaded.ok()) return uploaded.status();
+    (*source.mutable_external_data())[location] = uploaded->blob_id;
+  }
   if (size <= static_cast<uintmax_t>(kInlineModelBytes)) {
-    absl::StatusOr<std::string> bytes = ReadWholeFile(path, kInlineModelBytes);
-    if (!bytes.ok()) return bytes.status();
-    source.set_onnx_bytes(std::move(*bytes));
+    source.set_onnx_bytes(*std::move(bytes));
     return source;
   }
+  std::string().swap(*bytes);
   absl::StatusOr<UploadResult> uploaded = UploadFile(context, path, path);
   if (!uploaded.ok()) return uploaded.status();
   source.set_blob_id(uploaded->blob_id);
@@ -337,7 +371,9 @@ absl::Status RunDelete(CommandContext& context) {
 
 std::vector<FlagSpec> GenerateFlags() {
   return {
-      {"model", "FILE", "the forward ONNX model (inline up to 4 MiB, else uploaded as a blob by digest)"},
+      {"model", "FILE",
+       "the forward ONNX model (inline up to 4 MiB, else uploaded as a blob by digest); its external data files, "
+       "if any, are uploaded beside it"},
       {"loss", "TYPE", "built-in loss: mse, cross_entropy, bce_with_logits, l1"},
       {"output", "NAME", "--loss: the model output it reads (default: the first)"},
       {"target", "NAME", "--loss: the name of the target input (default 'target')"},

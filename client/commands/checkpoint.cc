@@ -90,16 +90,31 @@ absl::Status RunList(CommandContext& context) {
       &Stub::ListCheckpoints, v1::ListCheckpointsRequest(), PrintCheckpoints);
 }
 
+// The first file's path, size and digest; the others (an export's external data file) under "external_data".
+absl::Status PrintDownloads(CommandContext& context, const std::vector<DownloadResult>& files) {
+  google::protobuf::Struct document = Document({{"path", StringValue(files.front().path)},
+                                                {"size_bytes", NumberValue(static_cast<double>(files.front().size_bytes))},
+                                                {"sha256_hex", StringValue(files.front().sha256_hex)}});
+  if (files.size() > 1) {
+    google::protobuf::ListValue* others = (*document.mutable_fields())["external_data"].mutable_list_value();
+    for (size_t f = 1; f < files.size(); ++f) {
+      *others->add_values()->mutable_struct_value() =
+          Document({{"path", StringValue(files[f].path)},
+                    {"size_bytes", NumberValue(static_cast<double>(files[f].size_bytes))},
+                    {"sha256_hex", StringValue(files[f].sha256_hex)}});
+    }
+  }
+  context.Print(document, [&](std::ostream& out) {
+    for (const DownloadResult& file : files) {
+      out << "wrote " << file.path << " (" << FormatBytes(file.size_bytes) << ", sha256 " << file.sha256_hex << ")\n";
+    }
+  });
+  return absl::OkStatus();
+}
+
 absl::Status PrintDownload(CommandContext& context, const absl::StatusOr<DownloadResult>& downloaded) {
   if (!downloaded.ok()) return downloaded.status();
-  context.Print(Document({{"path", StringValue(downloaded->path)},
-                          {"size_bytes", NumberValue(static_cast<double>(downloaded->size_bytes))},
-                          {"sha256_hex", StringValue(downloaded->sha256_hex)}}),
-                [&](std::ostream& out) {
-                  out << "wrote " << downloaded->path << " (" << FormatBytes(downloaded->size_bytes) << ", sha256 "
-                      << downloaded->sha256_hex << ")\n";
-                });
-  return absl::OkStatus();
+  return PrintDownloads(context, {*downloaded});
 }
 
 absl::Status RunDownload(CommandContext& context) {
@@ -302,15 +317,25 @@ absl::Status RunExport(CommandContext& context) {
   for (const std::string& name : flags.List("output")) request.add_output_names(name);
   const std::string out = flags.Required("out");
   const int64_t chunk_bytes = ChunkBytesFromFlags(flags);
+  if (flags.Has("external-data")) {
+    // The data file goes beside the model, named after it: the model references it by that name.
+    const size_t slash = out.rfind('/');
+    request.set_external_data_file((slash == std::string::npos ? out : out.substr(slash + 1)) + ".data");
+  }
   if (absl::Status errors = context.FlagErrors(); !errors.ok()) return errors;
   absl::StatusOr<bool> streamed = context.Serves("Download");
   if (!streamed.ok()) return streamed.status();
   if (*streamed) {
-    // Streamed: no message-size limit on the exported model.
+    // Streamed: no message-size limit on the exported model (nor on its external data file).
     v1::DownloadRequest download;
     *download.mutable_export_() = request;
     download.set_chunk_bytes(chunk_bytes);
-    return PrintDownload(context, DownloadToFile(context, download, out));
+    absl::StatusOr<std::vector<DownloadResult>> files = DownloadFiles(context, download, out);
+    if (!files.ok()) return files.status();
+    return PrintDownloads(context, *files);
+  }
+  if (!request.external_data_file().empty()) {
+    return UsageError("--external-data needs a daemon that serves Download");
   }
   v1::ExportForInferenceResponse response;
   if (absl::Status status = context.Call(&Stub::ExportForInference, request, &response); !status.ok()) return status;
@@ -384,11 +409,15 @@ std::vector<CommandSpec> CheckpointCommands() {
   commands.push_back(CommandSpec{
       "export", "", "write an inference-only ONNX model with the current parameters (ExportForInference)",
       "Streamed with Download (no size limit) where the daemon serves it; checked against its SHA-256.\n"
-      "JSON: {\"path\", \"size_bytes\", \"sha256_hex\"}.\n"
+      "JSON: {\"path\", \"size_bytes\", \"sha256_hex\"} (with --external-data also \"external_data\": [the same of the\n"
+      "data file]).\n"
+      "--external-data writes the parameters to FILE.data beside FILE (ONNX external data): needed for models\n"
+      "beyond protobuf's 2 GiB.\n"
       "example: trainctl export --session s1 --out model.onnx\n",
       {SessionFlag(),
        {"out", "FILE", "the ONNX file to write"},
        {"output", "NAMES", "outputs to keep (default: the forward model's)", true},
+       {"external-data", "", "parameters in FILE.data beside FILE (models beyond 2 GiB)"},
        ChunkBytesFlag()},
       0, 0, 600, RunExport});
   return commands;

@@ -14,6 +14,7 @@ std::vector<CommandSpec> SessionCommands();     // session create|list|show|clos
 std::vector<CommandSpec> TrainCommands();       // train, eval, optimizer step|reset-grad, lr get|set|schedule|step
 std::vector<CommandSpec> CheckpointCommands();  // checkpoint save|load|list|download|delete, params get|set, export
 std::vector<CommandSpec> JobCommands();         // job submit|watch|list|show|cancel
+std::vector<CommandSpec> FleetCommands();       // fleet run|status|plot (through traind_client.fleet)
 
 // Every command, in the order the usage text lists them.
 std::vector<CommandSpec> AllCommands();

@@ -109,7 +109,7 @@ std::vector<CommandSpec> ServerCommands() {
 std::vector<CommandSpec> AllCommands() {
   std::vector<CommandSpec> all;
   for (auto family : {ServerCommands, ArtifactCommands, SessionCommands, TrainCommands, CheckpointCommands,
-                      JobCommands}) {
+                      JobCommands, FleetCommands}) {
     std::vector<CommandSpec> commands = family();
     all.insert(all.end(), commands.begin(), commands.end());
   }

@@ -28,6 +28,11 @@ ValueFacts FactsOf(const onnx::TypeProto& type) {
   if (!type.has_tensor_type()) return facts;
   facts.elem_type = type.tensor_type().elem_type();
   if (!type.tensor_type().has_shape()) return facts;
+  facts.has_rank = true;
+  for (const auto& dim : type.tensor_type().shape().dim()) {
+    facts.partial_dims.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+    facts.dim_params.push_back(dim.has_dim_param() ? dim.dim_param() : "");
+  }
   facts.has_static_shape = true;
   for (const auto& dim : type.tensor_type().shape().dim()) {
     if (!dim.has_dim_value()) {
@@ -56,18 +61,37 @@ class Builder {
       return absl::UnimplementedError(absl::StrCat("training needs ai.onnx opset ", kMinGradientOpset,
                                                    " or later; the model imports ", opsets_[""]));
     }
-    const ValueFacts* loss = Facts(options_.loss);
-    if (loss == nullptr || !IsFloatingPointType(loss->elem_type) || !loss->has_static_shape || !loss->dims.empty()) {
+    const bool seeded = !options_.output_gradients.empty();
+    if (seeded != options_.loss.empty()) {
+      return absl::InvalidArgumentError("differentiate either a loss or values with given output gradients");
+    }
+    for (const auto& [value, gradient] : options_.output_gradients) {
+      const ValueFacts* facts = Facts(value);
+      if (facts == nullptr || !IsFloatingPointType(facts->elem_type)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("'", value, "' must be a floating-point value of the graph to be differentiated"));
+      }
+      seeds_.insert(value);
+    }
+    const ValueFacts* loss = seeded ? nullptr : Facts(options_.loss);
+    if (!seeded &&
+        (loss == nullptr || !IsFloatingPointType(loss->elem_type) || !loss->has_static_shape || !loss->dims.empty())) {
       return absl::InvalidArgumentError(
           absl::StrCat("the loss '", options_.loss, "' must be a floating-point scalar of the graph"));
     }
+    if (!seeded) seeds_.insert(options_.loss);
     const int num_forward_nodes = graph_.node_size();
     MarkDependents();
     std::vector<bool> on_path = NodesBetweenParametersAndLoss(num_forward_nodes);
 
-    // Seed: d(loss)/d(loss) = 1.
-    GradientRuleContext seed_context(graph_.node(0), 0, {}, {}, Callbacks());
-    partials_[options_.loss].push_back(seed_context.ScalarConstant(1.0, loss->elem_type));
+    if (seeded) {
+      // Seeds: the given gradients of the differentiated values.
+      for (const auto& [value, gradient] : options_.output_gradients) partials_[value].push_back(gradient);
+    } else {
+      // Seed: d(loss)/d(loss) = 1.
+      GradientRuleContext seed_context(graph_.node(0), 0, {}, {}, Callbacks());
+      partials_[options_.loss].push_back(seed_context.ScalarConstant(1.0, loss->elem_type));
+    }
 
     for (int n = num_forward_nodes - 1; n >= 0; --n) {
       if (!on_path[n]) continue;
@@ -121,7 +145,8 @@ class Builder {
       const std::string gradient = FinalGradient(parameter);
       if (gradient.empty()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("the loss '", options_.loss, "' does not depend on parameter '", parameter, "'"));
+            seeded ? absl::StrCat("no differentiated output depends on '", parameter, "'")
+                   : absl::StrCat("the loss '", options_.loss, "' does not depend on parameter '", parameter, "'"));
       }
       GradientRuleContext context(graph_.node(0), 0, {}, {}, Callbacks());
       context.Emit("Identity", {gradient}, {GradientName(parameter)});
@@ -293,7 +318,7 @@ class Builder {
 
   std::vector<bool> NodesBetweenParametersAndLoss(int num_nodes) {
     std::vector<bool> on_path(num_nodes, false);
-    absl::flat_hash_set<std::string> reaches_loss = {options_.loss};
+    absl::flat_hash_set<std::string> reaches_loss(seeds_.begin(), seeds_.end());
     for (int n = num_nodes - 1; n >= 0; --n) {
       const auto& node = graph_.node(n);
       bool feeds_loss = false;
@@ -346,6 +371,7 @@ class Builder {
   absl::flat_hash_set<std::string> used_names_;
   absl::flat_hash_set<std::string> requires_grad_;
   absl::flat_hash_map<std::string, std::vector<std::string>> partials_;
+  absl::flat_hash_set<std::string> seeds_;  // the loss, or the values whose gradients are given
   int64_t next_temp_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #define TRAIND_ENGINE_AUTODIFF_GRADIENT_BUILDER_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -18,6 +19,10 @@ struct GradientGraphOptions {
   // Graph inputs or initializers to differentiate with respect to.
   std::vector<std::string> parameters;
   const OpRegistry* registry = nullptr;  // nullptr: OpRegistry::Global().
+  // Instead of a loss (which must then be empty): vector-Jacobian products. Each pair names a floating-point value
+  // of the graph and a graph input holding the gradient of something (computed by the caller) with respect to it,
+  // of the value's type and shape; the parameters' gradients are then sum over the pairs of J(value)^T gradient.
+  std::vector<std::pair<std::string, std::string>> output_gradients = {};
 };
 
 // True for the ONNX element types gradients flow through (float, double, float16, bfloat16).

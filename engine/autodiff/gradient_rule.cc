@@ -26,6 +26,15 @@ absl::StatusOr<std::vector<int64_t>> GradientRuleContext::StaticShape(const std:
   return facts->dims;
 }
 
+absl::StatusOr<std::vector<int64_t>> GradientRuleContext::PartialShape(const std::string& value) const {
+  const ValueFacts* facts = Facts(value);
+  if (facts == nullptr || !facts->has_rank) {
+    return absl::UnimplementedError(absl::StrCat(
+        Label(), ": the gradient needs the rank of '", value, "', which shape inference did not find"));
+  }
+  return facts->partial_dims;
+}
+
 int64_t GradientRuleContext::IntAttr(absl::string_view name, int64_t fallback) const {
   for (const auto& attribute : node_.attribute()) {
     if (attribute.name() == name) return attribute.i();
@@ -90,8 +99,50 @@ std::string GradientRuleContext::Int64Constant(const std::vector<int64_t>& value
 absl::Status GradientRuleContext::ReduceToShapeOf(const std::string& gradient, const std::string& broadcast_value,
                                                   const std::string& input, const std::string& out) {
   absl::StatusOr<std::vector<int64_t>> full = StaticShape(broadcast_value);
-  if (!full.ok()) return full.status();
-  return ReduceToShape(gradient, *full, input, out);
+  if (full.ok() && StaticShape(input).ok()) return ReduceToShape(gradient, *full, input, out);
+  // Dynamic dimensions: decide from what is known which dims were broadcast; the result's shape at run time.
+  const ValueFacts* full_facts = Facts(broadcast_value);
+  const ValueFacts* target_facts = Facts(input);
+  if (full_facts == nullptr || !full_facts->has_rank || target_facts == nullptr || !target_facts->has_rank ||
+      full_facts->partial_dims.size() < target_facts->partial_dims.size()) {
+    return absl::UnimplementedError(absl::StrCat(Label(), ": the gradient needs the ranks of '", broadcast_value,
+                                                 "' and '", input, "', which shape inference did not find"));
+  }
+  const std::vector<int64_t>& full_dims = full_facts->partial_dims;
+  const std::vector<int64_t>& target_dims = target_facts->partial_dims;
+  const size_t extra = full_dims.size() - target_dims.size();
+  std::vector<int64_t> axes;
+  for (size_t d = 0; d < full_dims.size(); ++d) {
+    if (d < extra) {
+      axes.push_back(static_cast<int64_t>(d));
+      continue;
+    }
+    const int64_t target = target_dims[d - extra], result = full_dims[d];
+    const std::string& target_param = target_facts->dim_params[d - extra];
+    if (target == 1 && result != 1) {
+      axes.push_back(static_cast<int64_t>(d));
+    } else if (target < 0 && !(result < 0 && !target_param.empty() && target_param == full_facts->dim_params[d]) &&
+               result != 1) {
+      return absl::UnimplementedError(absl::StrCat(Label(), ": cannot tell whether '", input,
+                                                   "' was broadcast along its dynamic dimension ", d - extra));
+    }
+  }
+  if (axes.empty()) {
+    Emit("Identity", {gradient}, {out});
+    return absl::OkStatus();
+  }
+  const std::string summed = Temp("summed");
+  Emit("ReduceSum", {gradient, Int64Constant(axes)}, {summed});
+  absl::StatusOr<std::vector<int64_t>> target = StaticShape(input);
+  std::string shape;
+  if (target.ok()) {
+    shape = Int64Constant(*target);
+  } else {
+    shape = Temp("shape");
+    Emit("Shape", {input}, {shape});
+  }
+  Emit("Reshape", {summed, shape}, {out});
+  return absl::OkStatus();
 }
 
 void GradientRuleContext::SetIntAttr(onnx::NodeProto* node, absl::string_view name, int64_t value) {

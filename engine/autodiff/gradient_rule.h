@@ -29,6 +29,11 @@ struct ValueFacts {
   int32_t elem_type = 0;      // onnx::TensorProto::DataType; 0 when unknown.
   bool has_static_shape = false;
   std::vector<int64_t> dims;  // Valid when has_static_shape.
+  // When the rank is known: every dimension, -1 where it is dynamic, and the symbolic names of the dynamic ones
+  // (dim_param; "" when it has none), so that two dynamic dims can be told equal (a batch dimension "N").
+  bool has_rank = false;
+  std::vector<int64_t> partial_dims;
+  std::vector<std::string> dim_params;
 };
 
 class GradientRuleContext {
@@ -67,6 +72,8 @@ class GradientRuleContext {
   absl::StatusOr<int32_t> ElemType(const std::string& value) const;
   // The static shape of a forward value; an error naming the node when it is dynamic or unknown.
   absl::StatusOr<std::vector<int64_t>> StaticShape(const std::string& value) const;
+  // The shape with -1 for dynamic dimensions (a symbolic batch); an error naming the node when the rank is unknown.
+  absl::StatusOr<std::vector<int64_t>> PartialShape(const std::string& value) const;
 
   // An int/float attribute of the forward node, or `fallback`.
   int64_t IntAttr(absl::string_view name, int64_t fallback) const;
@@ -91,7 +98,9 @@ class GradientRuleContext {
   std::string Zeros(const std::string& shape, int32_t elem_type);
 
   // Writes into `out` the gradient `gradient` (shaped like `broadcast_value`) summed over the dimensions that
-  // numpy broadcasting added to `input` — identity when the shapes agree. Static shapes required.
+  // numpy broadcasting added to `input` — identity when the shapes agree. Dynamic dimensions are fine where the
+  // shapes say which dims were broadcast (a symbolic batch dim against a static bias); an ambiguous case (a dynamic
+  // dim of `input` against a different one of the result) is kUnimplemented.
   absl::Status ReduceToShapeOf(const std::string& gradient, const std::string& broadcast_value,
                                const std::string& input, const std::string& out);
   // The same with the gradient's (broadcast) shape given explicitly.

@@ -68,6 +68,10 @@ class GpuExecutor : public Executor {
 
   // Runs of one executor are serialised (one in-order queue). Outputs made on the device are returned as device
   // tensors (downloaded when read on the host). Errors name the node; a device out of memory is ResourceExhausted.
+  // Donations (RunOptions::donated_inputs, executor.h) are not taken: RunWithOptions is the base class's, which runs
+  // without them, so the fused optimizers' outputs are fresh device buffers and the Optimizer copies them back into
+  // the parameters and moments on the device (one device-to-device copy each per step, no host transfer); nodes
+  // placed on the CPU never see a donation either.
   absl::StatusOr<std::vector<Tensor>> Run(const Plan& plan, absl::Span<const Tensor> inputs) const override;
 
   const Placement& placement() const { return placement_; }

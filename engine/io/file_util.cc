@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -93,15 +94,15 @@ std::string Sha256Hex(absl::string_view data) {
   return sha.FinishHex();
 }
 
-absl::StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const std::string& path) {
+absl::StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const std::string& path, bool durable) {
   std::string temp_path = TempPathFor(path);
   const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create", temp_path);
-  return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, std::move(temp_path), fd));
+  return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, std::move(temp_path), fd, durable));
 }
 
-AtomicFileWriter::AtomicFileWriter(std::string path, std::string temp_path, int fd)
-    : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd) {}
+AtomicFileWriter::AtomicFileWriter(std::string path, std::string temp_path, int fd, bool durable)
+    : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd), durable_(durable) {}
 
 AtomicFileWriter::~AtomicFileWriter() {
   if (fd_ >= 0) ::close(fd_);
@@ -113,13 +114,27 @@ absl::Status AtomicFileWriter::Append(absl::string_view data) {
   return WriteAll(fd_, data, temp_path_);
 }
 
+absl::Status AtomicFileWriter::WriteAt(int64_t offset, absl::string_view data) {
+  if (fd_ < 0) return absl::FailedPreconditionError("writer already committed or failed");
+  while (!data.empty()) {
+    const ssize_t written = ::pwrite(fd_, data.data(), data.size(), static_cast<off_t>(offset));
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("cannot write", temp_path_);
+    }
+    data.remove_prefix(static_cast<size_t>(written));
+    offset += written;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AtomicFileWriter::Commit() { return CommitTo(path_); }
 
 absl::Status AtomicFileWriter::CommitTo(const std::string& final_path) {
   if (fd_ < 0) return absl::FailedPreconditionError("writer already committed or failed");
   const int fd = fd_;
   fd_ = -1;
-  if (::fsync(fd) != 0) {
+  if (durable_ && ::fsync(fd) != 0) {
     absl::Status error = ErrnoError("cannot fsync", temp_path_);
     ::close(fd);
     return error;
@@ -127,7 +142,7 @@ absl::Status AtomicFileWriter::CommitTo(const std::string& final_path) {
   if (::close(fd) != 0) return ErrnoError("cannot close", temp_path_);
   if (std::rename(temp_path_.c_str(), final_path.c_str()) != 0) return ErrnoError("cannot rename into", final_path);
   committed_ = true;
-  return SyncDirectory(DirectoryOf(final_path));
+  return durable_ ? SyncDirectory(DirectoryOf(final_path)) : absl::OkStatus();
 }
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view content) {
@@ -170,6 +185,52 @@ absl::StatusOr<std::string> ReadFileLimited(const std::string& path, int64_t max
   }
   ::close(fd);
   return content;
+}
+
+absl::StatusOr<std::unique_ptr<FileReader>> FileReader::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot open", path);
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not a regular file"));
+  }
+  return std::unique_ptr<FileReader>(new FileReader(path, fd, info.st_size));
+}
+
+FileReader::~FileReader() { ::close(fd_); }
+
+absl::Status FileReader::Read(void* out, size_t size) {
+  absl::Status read = ReadAt(position_, out, size);
+  if (read.ok()) position_ += static_cast<int64_t>(size);
+  return read;
+}
+
+absl::Status FileReader::ReadAt(int64_t offset, void* out, size_t size) const {
+  char* bytes = static_cast<char*>(out);
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t got = ::pread(fd_, bytes + done, size - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return ErrnoError("cannot read", path_);
+    if (got == 0) return absl::DataLossError(absl::StrCat("'", path_, "' ended early (truncated while read?)"));
+    done += static_cast<size_t>(got);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Sha256HexOfFile(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<FileReader>> reader = FileReader::Open(path);
+  if (!reader.ok()) return reader.status();
+  Sha256 sha;
+  std::string buffer(size_t{4} << 20, '\0');
+  for (int64_t left = (*reader)->size(); left > 0;) {
+    const size_t piece = static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(buffer.size())));
+    if (absl::Status read = (*reader)->Read(buffer.data(), piece); !read.ok()) return read;
+    sha.Update(absl::string_view(buffer.data(), piece));
+    left -= static_cast<int64_t>(piece);
+  }
+  return sha.FinishHex();
 }
 
 }  // namespace traind::engine

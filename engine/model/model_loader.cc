@@ -8,11 +8,13 @@
 #include <cstring>
 #include <exception>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/dtype.h"
 #include "engine/core/shape.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/external_data.h"
+#include "engine/model/external_tensor.h"
 #include "engine/model/traind_schemas.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "onnx/checker.h"
@@ -66,10 +68,13 @@ absl::Status CheckOpsets(const onnx::ModelProto& model, const LoadOptions& optio
 // dims and data size, and inlines external data.
 class ModelValidator {
  public:
-  ModelValidator(const ModelLimits& limits, const std::string& external_data_dir)
+  ModelValidator(const ModelLimits& limits, ExternalDataSource external_data, bool map_external_data)
       : limits_(limits),
-        external_data_dir_(external_data_dir),
+        external_data_(std::move(external_data)),
+        map_external_data_(map_external_data),
         external_budget_(limits.max_external_data_bytes) {}
+
+  bool mapped_any() const { return mapped_any_; }
 
   absl::Status ValidateModel(onnx::ModelProto& model) {
     if (!model.has_graph()) return absl::InvalidArgumentError("model has no graph");
@@ -87,7 +92,9 @@ class ModelValidator {
                                                        depth, " deep; the limit is ",
                                                        limits_.max_graph_depth));
     }
-    for (auto& tensor : *graph.mutable_initializer()) TRAIND_RETURN_IF_ERROR(ValidateTensor(tensor));
+    for (auto& tensor : *graph.mutable_initializer()) {
+      TRAIND_RETURN_IF_ERROR(ValidateTensor(tensor, /*may_map=*/depth == 1));
+    }
     for (auto& sparse : *graph.mutable_sparse_initializer()) {
       TRAIND_RETURN_IF_ERROR(ValidateSparse(sparse));
     }
@@ -154,7 +161,8 @@ class ModelValidator {
     return absl::OkStatus();
   }
 
-  absl::Status ValidateTensor(onnx::TensorProto& tensor) {
+  // `may_map`: a graph initializer, whose external data may stay in its file (LoadOptions::map_external_data).
+  absl::Status ValidateTensor(onnx::TensorProto& tensor, bool may_map = false) {
     Shape dims(tensor.dims().begin(), tensor.dims().end());
     auto count = ElementCount(dims, limits_.max_tensor_elements);
     if (!count.ok()) {
@@ -176,7 +184,11 @@ class ModelValidator {
         return absl::InvalidArgumentError(
             absl::StrCat("tensor '", tensor.name(), "': string tensors cannot be external"));
       }
-      return ResolveExternalData(tensor, external_data_dir_, expected_bytes, external_budget_);
+      if (map_external_data_ && may_map && IsFloatingPoint(type)) {
+        mapped_any_ = true;
+        return PinExternalData(tensor, external_data_, expected_bytes, external_budget_);
+      }
+      return ResolveExternalData(tensor, external_data_, expected_bytes, external_budget_);
     }
     if (tensor.has_raw_data() && type != DataType::kString &&
         static_cast<int64_t>(tensor.raw_data().size()) != expected_bytes) {
@@ -188,8 +200,15 @@ class ModelValidator {
     return absl::OkStatus();
   }
 
+  static bool IsFloatingPoint(DataType type) {
+    return type == DataType::kFloat32 || type == DataType::kFloat64 || type == DataType::kFloat16 ||
+           type == DataType::kBFloat16;
+  }
+
   const ModelLimits& limits_;
-  const std::string& external_data_dir_;
+  const ExternalDataSource external_data_;
+  const bool map_external_data_;
+  bool mapped_any_ = false;
   int64_t external_budget_;
   int64_t node_count_ = 0;
 };
@@ -207,8 +226,47 @@ bool CheckTypesStrictly(const onnx::ModelProto& model) {
   return true;
 }
 
+absl::Status RunOnnxCheckerInPlace(onnx::ModelProto& model);
+
+// The checker looks for external data files relative to the working directory, and pinned tensors keep their data
+// in files: it checks a copy (cheap: the weights are not in the proto) in which every pinned initializer is a
+// typed graph input instead, then the model takes the copy's inferred value types. Only floating-point tensors are
+// pinned, so shape inference loses no data it could propagate.
+absl::Status RunOnnxCheckerWithPinnedTensors(onnx::ModelProto& model) {
+  onnx::ModelProto checked = model;
+  onnx::GraphProto* graph = checked.mutable_graph();
+  absl::flat_hash_set<std::string> inputs;
+  for (const auto& input : graph->input()) inputs.insert(input.name());
+  google::protobuf::RepeatedPtrField<onnx::TensorProto> kept;
+  for (auto& initializer : *graph->mutable_initializer()) {
+    if (!IsPinnedExternal(initializer)) {
+      *kept.Add() = std::move(initializer);
+      continue;
+    }
+    if (inputs.contains(initializer.name())) continue;
+    onnx::ValueInfoProto* input = graph->add_input();
+    input->set_name(initializer.name());
+    auto* tensor_type = input->mutable_type()->mutable_tensor_type();
+    tensor_type->set_elem_type(initializer.data_type());
+    auto* shape = tensor_type->mutable_shape();
+    for (int64_t dim : initializer.dims()) shape->add_dim()->set_dim_value(dim);
+  }
+  const int original_inputs = model.graph().input_size();
+  graph->mutable_initializer()->Swap(&kept);
+  TRAIND_RETURN_IF_ERROR(RunOnnxCheckerInPlace(checked));
+  graph->mutable_input()->DeleteSubrange(original_inputs, graph->input_size() - original_inputs);
+  graph->mutable_initializer()->Swap(model.mutable_graph()->mutable_initializer());
+  model = std::move(checked);
+  return absl::OkStatus();
+}
+
 // Runs onnx's checker and strict shape inference; onnx reports errors by throwing.
-absl::Status RunOnnxChecker(onnx::ModelProto& model) {
+absl::Status RunOnnxChecker(onnx::ModelProto& model, bool has_pinned_tensors) {
+  if (has_pinned_tensors) return RunOnnxCheckerWithPinnedTensors(model);
+  return RunOnnxCheckerInPlace(model);
+}
+
+absl::Status RunOnnxCheckerInPlace(onnx::ModelProto& model) {
   RegisterTraindSchemas();
   try {
     onnx::checker::check_model(model);
@@ -255,9 +313,12 @@ absl::StatusOr<onnx::ModelProto> LoadModelFromBytes(absl::string_view bytes,
         "model bytes are not a valid ONNX ModelProto (truncated, corrupt or nested too deeply)");
   }
   TRAIND_RETURN_IF_ERROR(CheckOpsets(model, options));
-  ModelValidator validator(options.limits, external_data_dir);
+  ExternalDataSource external_data;
+  external_data.base_dir = external_data_dir;
+  external_data.files = options.external_data_files;
+  ModelValidator validator(options.limits, std::move(external_data), options.map_external_data);
   TRAIND_RETURN_IF_ERROR(validator.ValidateModel(model));
-  if (options.run_onnx_checker) TRAIND_RETURN_IF_ERROR(RunOnnxChecker(model));
+  if (options.run_onnx_checker) TRAIND_RETURN_IF_ERROR(RunOnnxChecker(model, validator.mapped_any()));
   return model;
 }
 

@@ -10,6 +10,7 @@
 #define TRAIND_ENGINE_MODEL_MODEL_LOADER_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -56,10 +57,18 @@ struct LoadOptions {
   // Run onnx::checker::check_model and strict shape inference (off only for unit tests that build
   // deliberately incomplete models).
   bool run_onnx_checker = true;
+  // Leave the external data of floating-point graph initializers in its files instead of reading it into the
+  // proto: the returned model holds checked, pinned references (external_data.h) that TensorFromProto maps into
+  // memory copy-on-write. One copy of the weights instead of two, and models beyond protobuf's 2 GiB. Other
+  // external tensors (integers, attributes, subgraphs) are read in as without it.
+  bool map_external_data = false;
+  // External data files by location (e.g. uploaded blobs): when not empty, the only files external data may come
+  // from, instead of the model's directory.
+  std::map<std::string, std::string> external_data_files;
 };
 
 // Parses and validates. `external_data_dir`: directory external data paths are relative to; empty
-// means the model must not use external data.
+// (and no LoadOptions::external_data_files) means the model must not use external data.
 absl::StatusOr<onnx::ModelProto> LoadModelFromBytes(absl::string_view bytes,
                                                     const LoadOptions& options = LoadOptions(),
                                                     const std::string& external_data_dir = "");

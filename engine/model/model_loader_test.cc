@@ -4,9 +4,12 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <iterator>
 #include <fstream>
 #include <string>
 
+#include "engine/model/tensor_proto.h"
 #include "gtest/gtest.h"
 
 namespace traind::engine {
@@ -304,6 +307,74 @@ TEST(ModelLoaderTest, RejectsHostileExternalData) {
   onnx::ModelProto model = ValidModel();
   MakeExternal(model, "weights.bin", 0, 16);
   EXPECT_FALSE(LoadBytes(model).ok());
+}
+
+// LoadOptions::map_external_data: the data stays in its file (not in the proto), TensorFromProto maps it (aligned
+// offset) or reads it (unaligned), writes to the tensor never reach the file, and a file replaced after loading is
+// refused. The same hostile references are refused as when inlining, and pinned keys are never accepted as input.
+TEST(ModelLoaderTest, MappedExternalDataStaysInItsFile) {
+  TempDir dir;
+  std::string file(4096 + 16, '\0');
+  const float values[4] = {1.5f, -2.0f, 3.25f, 4.0f};
+  std::memcpy(&file[4096], values, sizeof values);
+  std::memcpy(&file[8], values, sizeof values);
+  dir.Write("weights.bin", file);
+  LoadOptions options;
+  options.map_external_data = true;
+  for (int64_t offset : {int64_t{4096}, int64_t{8}}) {
+    onnx::ModelProto model = ValidModel();
+    MakeExternal(model, "weights.bin", offset, 16);
+    auto loaded = LoadModelFromBytes(model.SerializeAsString(), options, dir.path());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    const onnx::TensorProto& w = loaded->graph().initializer(0);
+    EXPECT_EQ(w.data_location(), onnx::TensorProto::EXTERNAL);
+    EXPECT_TRUE(w.raw_data().empty());
+    EXPECT_EQ(loaded->graph().initializer_size(), 1);
+    EXPECT_EQ(loaded->graph().input_size(), 1);  // the checker's stand-in input is gone again
+    absl::StatusOr<Tensor> tensor = TensorFromProto(w);
+    ASSERT_TRUE(tensor.ok()) << tensor.status();
+    EXPECT_EQ(std::vector<float>(tensor->data<float>(), tensor->data<float>() + 4),
+              std::vector<float>(values, values + 4));
+    tensor->mutable_data<float>()[0] = 99.0f;  // copy-on-write
+    // A pinned reference loads again through the serialized model only via the loader's refusal.
+    EXPECT_EQ(LoadModelFromBytes(loaded->SerializeAsString(), options, dir.path()).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  std::ifstream in(dir.path() + "/weights.bin", std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), file);
+
+  onnx::ModelProto model = ValidModel();
+  MakeExternal(model, "weights.bin", 4096, 16);
+  auto loaded = LoadModelFromBytes(model.SerializeAsString(), options, dir.path());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  dir.Write("weights.new", file);  // same name, size and content, but another file
+  ASSERT_EQ(rename((dir.path() + "/weights.new").c_str(), (dir.path() + "/weights.bin").c_str()), 0);
+  EXPECT_EQ(TensorFromProto(loaded->graph().initializer(0)).status().code(), absl::StatusCode::kInvalidArgument);
+
+  for (const char* location : {"/etc/passwd", "../weights.bin", "missing.bin"}) {
+    onnx::ModelProto hostile = ValidModel();
+    MakeExternal(hostile, location, 0, 16);
+    EXPECT_EQ(LoadModelFromBytes(hostile.SerializeAsString(), options, dir.path()).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << location;
+  }
+}
+
+TEST(ModelLoaderTest, ExternalDataFromListedFilesOnly) {
+  TempDir dir;
+  dir.Write("blob-1", std::string(16, '\0'));
+  LoadOptions options;
+  options.map_external_data = true;
+  options.external_data_files = {{"weights/w.bin", dir.path() + "/blob-1"}};
+  onnx::ModelProto model = ValidModel();
+  MakeExternal(model, "weights/w.bin", 0, 16);
+  auto loaded = LoadModelFromBytes(model.SerializeAsString(), options);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(TensorFromProto(loaded->graph().initializer(0)).ok());
+  MakeExternal(model, "other.bin", 0, 16);
+  model.mutable_graph()->mutable_initializer(0)->mutable_external_data()->DeleteSubrange(0, 3);
+  EXPECT_EQ(LoadModelFromBytes(model.SerializeAsString(), options).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ModelLoaderTest, CheckerErrorsAreStatusesNotExceptions) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/external_tensor.h"
 
 namespace traind::engine {
 namespace {
@@ -20,7 +21,7 @@ void CopyWidened(const Field& field, void* out) {
 
 absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, int64_t max_elements) {
   const std::string label = proto.name().empty() ? std::string("<unnamed>") : proto.name();
-  if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL && !IsPinnedExternal(proto)) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", label, "': external data was not resolved by the loader"));
   }
@@ -41,6 +42,8 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto, int64_t m
   }
   const int64_t count = *count_or;
   const size_t bytes = static_cast<size_t>(count) * ElementSize(dtype);
+  // Data the loader left in its file (LoadOptions::map_external_data) is mapped, not copied.
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL) return LoadPinnedTensor(proto, dtype, shape, count);
   TRAIND_ASSIGN_OR_RETURN(Tensor tensor, Tensor::Allocate(dtype, shape));
 
   if (proto.has_raw_data()) {

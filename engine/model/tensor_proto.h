@@ -9,7 +9,8 @@
 namespace traind::engine {
 
 // Copies a TensorProto's data into a new Tensor. The proto's data must be inline (raw_data or the
-// typed field); external data is resolved by the model loader before this is called. Validates
+// typed field) or external data the loader pinned (LoadOptions::map_external_data), which is mapped
+// from its file instead of copied (external_tensor.h). Validates
 // dims (non-negative, count <= limit) and that the data size matches dims exactly. Unsupported
 // dtypes (string, complex) give kUnimplemented.
 absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto,

@@ -179,10 +179,12 @@ struct LossTerms {
 };
 
 absl::StatusOr<LossTerms> EmitLossTerms(GradientRuleContext& g) {
-  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
+  // The class count must be static; the other dimensions (a batch) may be dynamic.
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.PartialShape(g.I(0)));
   TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
   TRAIND_ASSIGN_OR_RETURN(int32_t target_type, g.ElemType(g.I(1)));
   if (shape.size() < 2) return absl::InvalidArgumentError("loss input needs a class axis");
+  if (shape[1] < 1) return absl::UnimplementedError("loss gradients need a static class count");
   if (shape[1] > (int64_t{1} << 24)) return absl::UnimplementedError("loss gradients for more than 2^24 classes");
   LossTerms terms;
   terms.reduction = "mean";

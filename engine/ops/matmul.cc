@@ -303,36 +303,40 @@ absl::Status GemmGradient(GradientRuleContext& g) {
 // Y = A B, batched with numpy broadcasting of the leading dims: dA = dY B^T and dB = A^T dY (transposing
 // the last two dims), each summed over the batch dims its input was broadcast along. 1-D operands: not yet.
 absl::Status MatMulGradient(GradientRuleContext& g) {
-  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> a_shape, g.StaticShape(g.I(0)));
-  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> b_shape, g.StaticShape(g.I(1)));
-  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> y_shape, g.StaticShape(g.O(0)));
-  if (a_shape.size() < 2 || b_shape.size() < 2) {
+  // Ranks first: the 2-D cases need no static shape (a symbolic batch dimension is fine).
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> a_partial, g.PartialShape(g.I(0)));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> b_partial, g.PartialShape(g.I(1)));
+  if (a_partial.size() < 2 || b_partial.size() < 2) {
     return absl::UnimplementedError("MatMul gradients with a 1-D operand are not supported yet");
   }
-  if (a_shape.size() == 2 && b_shape.size() == 2) {
+  if (a_partial.size() == 2 && b_partial.size() == 2) {
     if (g.NeedsGI(0)) EmitGemm(g, g.GO(0), g.I(1), false, true, 1.0f, g.GI(0));
     if (g.NeedsGI(1)) EmitGemm(g, g.I(0), g.GO(0), true, false, 1.0f, g.GI(1));
     return absl::OkStatus();
   }
-  if (b_shape.size() == 2) {
+  if (b_partial.size() == 2) {
     // A [..., M, K] times a matrix B [K, N] (a Linear layer on a sequence) is one [rows, K] x [K, N] product:
     // two Gemms with transpose flags (folded into sgemm), no batched Transposes and no [batch, K, N] partials.
-    int64_t rows = 1;
-    for (size_t d = 0; d + 1 < a_shape.size(); ++d) rows *= a_shape[d];
+    // Only B's shape must be static; the rows follow A's run-time shape.
+    TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> b_shape, g.StaticShape(g.I(1)));
     const std::string dy_rows = g.Temp("dY_rows");
-    g.Emit("Reshape", {g.GO(0), g.Int64Constant({rows, b_shape[1]})}, {dy_rows});
+    g.Emit("Reshape", {g.GO(0), g.Int64Constant({-1, b_shape[1]})}, {dy_rows});
     if (g.NeedsGI(0)) {
-      const std::string da_rows = g.Temp("dA_rows");
+      const std::string da_rows = g.Temp("dA_rows"), a_shape = g.Temp("A_shape");
       EmitGemm(g, dy_rows, g.I(1), false, true, 1.0f, da_rows);
-      g.Emit("Reshape", {da_rows, g.Int64Constant(a_shape)}, {g.GI(0)});
+      g.Emit("Shape", {g.I(0)}, {a_shape});
+      g.Emit("Reshape", {da_rows, a_shape}, {g.GI(0)});
     }
     if (g.NeedsGI(1)) {
       const std::string a_rows = g.Temp("A_rows");
-      g.Emit("Reshape", {g.I(0), g.Int64Constant({rows, a_shape.back()})}, {a_rows});
+      g.Emit("Reshape", {g.I(0), g.Int64Constant({-1, b_shape[0]})}, {a_rows});
       EmitGemm(g, a_rows, dy_rows, true, false, 1.0f, g.GI(1));
     }
     return absl::OkStatus();
   }
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> a_shape, g.StaticShape(g.I(0)));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> b_shape, g.StaticShape(g.I(1)));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> y_shape, g.StaticShape(g.O(0)));
   auto transposed = [&g](const std::string& value, size_t rank) {
     std::vector<int64_t> perm(rank);
     for (size_t d = 0; d < rank; ++d) perm[d] = static_cast<int64_t>(d);

@@ -50,7 +50,9 @@
 // updating, one pass over every gradient computes the global L2 norm (float64 accumulation, fixed chunks:
 // deterministic); a non-finite norm means a non-finite gradient, and then every output is its input and
 // skipped is true. With max_grad_norm > 0 the gradients are scaled by min(1, max_norm / (norm + 1e-6))
-// (torch.nn.utils.clip_grad_norm_).
+// (torch.nn.utils.clip_grad_norm_). Parameters and states the caller donated (RunOptions in executor.h; the
+// Optimizer donates them) are updated in place; the others are copied chunk by chunk into fresh outputs that are
+// then updated in place. Nothing is written before every input has been checked and the norm computed.
 //
 // Where SGD and ONNX's Momentum coincide: Momentum(alpha = momentum, beta = 1 - dampening,
 // norm_coefficient = weight_decay, mode standard / nesterov) with T = step - 1 and V = 0 before the first
@@ -59,6 +61,7 @@
 // Momentum with alpha = 0, beta = 1.) optimizers_test.cc checks this step by step.
 #include <array>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/shape.h"
@@ -349,6 +352,21 @@ class AdagradKernel final : public Kernel {
 // count).
 constexpr int64_t kNormChunk = 1 << 14;
 
+// The sum of squares of n floats in float64, in 16 interleaved partial sums (a fixed order, so deterministic) that
+// GCC keeps in vector registers: a single running sum would be one dependent addition per element.
+double ChunkSumOfSquares(const float* __restrict g, int64_t n) {
+  constexpr int kLanes = 16;
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] += static_cast<double>(g[i + l]) * g[i + l];
+  }
+  for (; i < n; ++i) lanes[0] += static_cast<double>(g[i]) * g[i];
+  double sum = 0;
+  for (double lane : lanes) sum += lane;
+  return sum;
+}
+
 class FusedOptimizerKernel : public Kernel {
  public:
   FusedOptimizerKernel(int parameters, int states, float max_grad_norm)
@@ -404,24 +422,48 @@ class FusedOptimizerKernel : public Kernel {
     const float learning_rate = *lr->data<float>();
     const int64_t step_number = *step->data<int64_t>();
     for (int p = 0; p < parameters_; ++p) {
-      std::vector<float*> out;
+      // Each updated tensor (p', states') is its input's buffer when the caller donated it (an Optimizer updating
+      // its CheckpointState in place), else a fresh one that starts as a copy of the input.
+      std::vector<float*> targets;
+      std::vector<const float*> copy_from;
       for (int k = 0; k < 1 + states_; ++k) {
-        TRAIND_ASSIGN_OR_RETURN(Tensor * tensor, context.AllocateOutput(1 + p * (1 + states_) + k, DataType::kFloat32,
-                                                                        tensors[p][0]->shape()));
-        out.push_back(tensor->mutable_data<float>());
+        const int input = 2 + p * group + (k == 0 ? 0 : 1 + k);
+        const int output = 1 + p * (1 + states_) + k;
+        Tensor* target = context.ReuseInputAsOutput(input, output);
+        copy_from.push_back(target == nullptr ? tensors[p][k == 0 ? 0 : 1 + k]->data<float>() : nullptr);
+        if (target == nullptr) {
+          TRAIND_ASSIGN_OR_RETURN(target, context.AllocateOutput(output, DataType::kFloat32, tensors[p][0]->shape()));
+        }
+        targets.push_back(target->mutable_data<float>());
       }
-      std::vector<const float*> in;
-      for (const Tensor* tensor : tensors[p]) in.push_back(tensor->data<float>());
-      Update(context, learning_rate, step_number, gradient_scale, in, out, tensors[p][0]->num_elements());
+      Update(context, learning_rate, step_number, gradient_scale, tensors[p][1]->data<float>(), copy_from, targets,
+             tensors[p][0]->num_elements());
     }
     return absl::OkStatus();
   }
 
  protected:
   virtual const char* name() const = 0;
-  // in: p, gradient, states; out: p', states'.
+  // Updates targets (p, then the states) in place from the gradient, over n elements; a target whose copy_from
+  // entry is not null is a fresh buffer that must first take that input's values.
   virtual void Update(KernelContext& context, float learning_rate, int64_t step, float gradient_scale,
-                      const std::vector<const float*>& in, const std::vector<float*>& out, int64_t n) const = 0;
+                      const float* gradient, const std::vector<const float*>& copy_from,
+                      const std::vector<float*>& targets, int64_t n) const = 0;
+
+  // Runs update(begin, end) over [0, n) in parallel chunks, each chunk first copying what copy_from asks for, so
+  // that the update always runs in place on data its thread just touched.
+  template <typename RangeUpdate>
+  static void InPlaceChunks(KernelContext& context, int64_t n, const std::vector<const float*>& copy_from,
+                            const std::vector<float*>& targets, const RangeUpdate& update) {
+    context.threads().ParallelFor(n, kOptimizerGrain, [&](int64_t begin, int64_t end) {
+      for (size_t k = 0; k < targets.size(); ++k) {
+        if (copy_from[k] != nullptr) {
+          std::memcpy(targets[k] + begin, copy_from[k] + begin, static_cast<size_t>(end - begin) * sizeof(float));
+        }
+      }
+      update(begin, end);
+    });
+  }
 
  private:
   double SumOfSquares(KernelContext& context, const std::vector<std::vector<const Tensor*>>& tensors) const {
@@ -434,11 +476,8 @@ class FusedOptimizerKernel : public Kernel {
       context.threads().ParallelFor(chunks, std::max<int64_t>(1, kOptimizerGrain / kNormChunk),
                                     [&](int64_t begin, int64_t end) {
                                       for (int64_t c = begin; c < end; ++c) {
-                                        double sum = 0;
-                                        for (int64_t i = c * kNormChunk; i < std::min(n, (c + 1) * kNormChunk); ++i) {
-                                          sum += static_cast<double>(g[i]) * g[i];
-                                        }
-                                        partial[c] = sum;
+                                        partial[c] = ChunkSumOfSquares(g + c * kNormChunk,
+                                                                       std::min(n - c * kNormChunk, kNormChunk));
                                       }
                                     });
       for (double sum : partial) total += sum;
@@ -458,13 +497,14 @@ class AdamWKernel final : public FusedOptimizerKernel {
 
  protected:
   const char* name() const override { return "AdamW"; }
-  void Update(KernelContext& context, float learning_rate, int64_t step, float gradient_scale,
-              const std::vector<const float*>& in, const std::vector<float*>& out, int64_t n) const override {
+  void Update(KernelContext& context, float learning_rate, int64_t step, float gradient_scale, const float* gradient,
+              const std::vector<const float*>& copy_from, const std::vector<float*>& targets,
+              int64_t n) const override {
     AdamWOptions options = options_;
     options.lr = learning_rate;
     const AdamWStepScalars scalars = MakeAdamWStepScalars(options, step);
-    context.threads().ParallelFor(n, kOptimizerGrain, [&](int64_t begin, int64_t end) {
-      AdamWUpdate(scalars, gradient_scale, in[0], in[1], in[2], in[3], out[0], out[1], out[2], begin, end);
+    InPlaceChunks(context, n, copy_from, targets, [&](int64_t begin, int64_t end) {
+      AdamWUpdate(scalars, gradient_scale, targets[0], gradient, targets[1], targets[2], begin, end);
     });
   }
 
@@ -479,14 +519,14 @@ class SgdKernel final : public FusedOptimizerKernel {
 
  protected:
   const char* name() const override { return "SGD"; }
-  void Update(KernelContext& context, float learning_rate, int64_t step, float gradient_scale,
-              const std::vector<const float*>& in, const std::vector<float*>& out, int64_t n) const override {
+  void Update(KernelContext& context, float learning_rate, int64_t step, float gradient_scale, const float* gradient,
+              const std::vector<const float*>& copy_from, const std::vector<float*>& targets,
+              int64_t n) const override {
     SgdOptions options = options_;
     options.lr = learning_rate;
-    const bool momentum = options.momentum != 0.0f;
-    context.threads().ParallelFor(n, kOptimizerGrain, [&](int64_t begin, int64_t end) {
-      SgdUpdate(options, step == 1, gradient_scale, in[0], in[1], momentum ? in[2] : nullptr, out[0],
-                momentum ? out[1] : nullptr, begin, end);
+    float* buffer = options.momentum != 0.0f ? targets[1] : nullptr;
+    InPlaceChunks(context, n, copy_from, targets, [&](int64_t begin, int64_t end) {
+      SgdUpdate(options, step == 1, gradient_scale, targets[0], gradient, buffer, begin, end);
     });
   }
 

@@ -5,6 +5,7 @@
 
 #include "engine/model/model_loader.h"
 #include "engine/model/traind_schemas.h"
+#include "engine/runtime/cpu_executor.h"
 #include "engine/runtime/plan.h"
 #include "engine/testing/op_tester.h"
 #include "gtest/gtest.h"
@@ -494,6 +495,101 @@ TEST(TraindOptimizerSchemaTest, CheckerAcceptsValidNodesAndRejectsBadArity) {
     if (attribute.name() == "nesterov") attribute.set_i(0);
   }
   EXPECT_FALSE(LoadModelFromBytes(model.SerializeAsString()).ok());
+}
+
+// In-place updates by donation: with X, M and V donated, the node writes its results into their buffers (the
+// outputs share them), computing exactly what the out-of-place run computes; the gradient is never written. A
+// donated input whose buffer another input shares is not written (the copy path runs instead).
+TEST(TraindAdamWTest, DonatedParametersAndStatesAreUpdatedInPlace) {
+  OpTester test("AdamW", 1, kTraindTrainingDomain);
+  const int64_t n = 3 * kParallelElementThreshold + 5;  // several chunks, a remainder
+  std::vector<float> x(n), g(n), m(n), v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::sin(0.1f * i);
+    g[i] = std::cos(0.3f * i);
+    m[i] = 0.01f * std::sin(0.7f * i);
+    v[i] = 0.02f + 0.01f * std::cos(0.5f * i);
+  }
+  test.AddAttribute("weight_decay", 0.1f)
+      .AddAttribute("max_grad_norm", 1.0f)
+      .AddInput<float>("lr", {}, {0.01f})
+      .AddInput<int64_t>("step", {}, {3})
+      .AddInput<float>("X", {n}, x)
+      .AddInput<float>("G", {n}, g)
+      .AddInput<float>("M", {n}, m)
+      .AddInput<float>("V", {n}, v)
+      .AddOutput<uint8_t>("skipped", {}, {0}, DataType::kBool)
+      .AddOutput<float>("X_new", {n}, x)
+      .AddOutput<float>("M_new", {n}, m)
+      .AddOutput<float>("V_new", {n}, v);
+  auto expected = test.RunRaw();
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  auto plan = Compile(test.model());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ((*plan)->nodes.size(), 1u);
+  auto feeds = [&] {
+    return std::vector<Tensor>{*Tensor::FromVector<float>({}, {0.01f}), *Tensor::FromVector<int64_t>({}, {3}),
+                               *Tensor::FromVector<float>({n}, x), *Tensor::FromVector<float>({n}, g),
+                               *Tensor::FromVector<float>({n}, m), *Tensor::FromVector<float>({n}, v)};
+  };
+  const std::vector<int> donated = {2, 4, 5};
+  RunOptions options;
+  options.donated_inputs = donated;
+  CpuExecutor executor;
+
+  std::vector<Tensor> inputs = feeds();
+  auto in_place = executor.RunWithOptions(**plan, inputs, options);
+  ASSERT_TRUE(in_place.ok()) << in_place.status();
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ((*in_place)[1 + k].raw_data(), inputs[donated[k]].raw_data()) << "output " << k << " not in place";
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ((*in_place)[1 + k].data<float>()[i], (*expected)[1 + k].data<float>()[i]) << "output " << k << " at " << i;
+    }
+  }
+  EXPECT_EQ(std::vector<float>(inputs[3].data<float>(), inputs[3].data<float>() + n), g);
+
+  // X and M the same buffer: neither is written.
+  inputs = feeds();
+  inputs[4] = inputs[2];
+  auto shared = executor.RunWithOptions(**plan, inputs, options);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_NE((*shared)[1].raw_data(), inputs[2].raw_data());
+  EXPECT_EQ(std::vector<float>(inputs[2].data<float>(), inputs[2].data<float>() + n), x);
+
+  // Donating something that is no input of the plan is an error.
+  const std::vector<int> bad = {9};
+  options.donated_inputs = bad;
+  EXPECT_EQ(executor.RunWithOptions(**plan, feeds(), options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A skipped step (non-finite gradient) writes nothing, donated or not.
+TEST(TraindAdamWTest, SkippedStepLeavesDonatedInputsAlone) {
+  OpTester test("AdamW", 1, kTraindTrainingDomain);
+  test.AddInput<float>("lr", {}, {0.1f})
+      .AddInput<int64_t>("step", {}, {1})
+      .AddInput<float>("X", {2}, {1, 2})
+      .AddInput<float>("G", {2}, {1, std::nanf("")})
+      .AddInput<float>("M", {2}, {0, 0})
+      .AddInput<float>("V", {2}, {0, 0})
+      .AddOutput<uint8_t>("skipped", {}, {1}, DataType::kBool)
+      .AddOutput<float>("X_new", {2}, {1, 2})
+      .AddOutput<float>("M_new", {2}, {0, 0})
+      .AddOutput<float>("V_new", {2}, {0, 0});
+  ASSERT_TRUE(test.RunRaw().ok());  // builds test.model()
+  auto plan = Compile(test.model());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<Tensor> inputs = {*Tensor::FromVector<float>({}, {0.1f}), *Tensor::FromVector<int64_t>({}, {1}),
+                                *Tensor::FromVector<float>({2}, {1, 2}), *Tensor::FromVector<float>({2}, {1, std::nanf("")}),
+                                *Tensor::FromVector<float>({2}, {0, 0}), *Tensor::FromVector<float>({2}, {0, 0})};
+  const std::vector<int> donated = {2, 4, 5};
+  RunOptions options;
+  options.donated_inputs = donated;
+  auto outputs = CpuExecutor().RunWithOptions(**plan, inputs, options);
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  EXPECT_EQ((*outputs)[0].data<uint8_t>()[0], 1);
+  EXPECT_EQ(inputs[2].data<float>()[0], 1.0f);
+  EXPECT_EQ(inputs[2].data<float>()[1], 2.0f);
+  EXPECT_EQ(inputs[4].data<float>()[0], 0.0f);
 }
 
 }  // namespace

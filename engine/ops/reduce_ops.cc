@@ -11,6 +11,7 @@
 //   inner  > 1: accumulators for a block of inner positions, advanced row by row (vectorisable);
 // and, when the reduced axes are not adjacent (e.g. axes 0 and 2 of [3,4,5]), a gather over
 // precomputed reduced offsets.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -499,8 +500,45 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateArgMinKernel(const KernelInit& ini
 // back to the input's shape, and divided by the reduced element count for ReduceMean.
 namespace {
 
+// The same with dynamic dimensions (a symbolic batch): the reduced axes restored with Unsqueeze (keepdims 0), the
+// expansion to x's run-time shape, and for the mean the count Size(x) / Size(y) at run time.
+absl::Status SpreadReducedGradientDynamic(GradientRuleContext& g, std::vector<int64_t> axes, bool mean) {
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> partial_shape, g.PartialShape(g.I(0)));
+  const int64_t rank = static_cast<int64_t>(partial_shape.size());
+  if (axes.empty()) {
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  for (int64_t& axis : axes) {
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return absl::InvalidArgumentError("reduction axis out of range");
+  }
+  std::sort(axes.begin(), axes.end());
+  std::string kept = g.GO(0);
+  if (g.IntAttr("keepdims", 1) == 0) {
+    kept = g.Temp("dy_kept");
+    g.Emit("Unsqueeze", {g.GO(0), g.Int64Constant(axes)}, {kept});
+  }
+  const std::string shape = g.Temp("x_shape");
+  g.Emit("Shape", {g.I(0)}, {shape});
+  if (!mean) {
+    g.Emit("Expand", {kept, shape}, {g.GI(0)});
+    return absl::OkStatus();
+  }
+  TRAIND_ASSIGN_OR_RETURN(int32_t type, g.ElemType(g.I(0)));
+  const std::string expanded = g.Temp("dy_expanded"), x_size = g.Temp("x_size"), y_size = g.Temp("y_size"),
+                    count = g.Temp("count"), count_cast = g.Temp("count_cast");
+  g.Emit("Expand", {kept, shape}, {expanded});
+  g.Emit("Size", {g.I(0)}, {x_size});
+  g.Emit("Size", {g.O(0)}, {y_size});
+  g.Emit("Div", {x_size, y_size}, {count});
+  GradientRuleContext::SetIntAttr(g.Emit("Cast", {count}, {count_cast}), "to", type);
+  g.Emit("Div", {expanded, count_cast}, {g.GI(0)});
+  return absl::OkStatus();
+}
+
 absl::Status SpreadReducedGradient(GradientRuleContext& g, std::vector<int64_t> axes, bool mean) {
   if (!g.NeedsGI(0)) return absl::OkStatus();
+  if (!g.StaticShape(g.I(0)).ok()) return SpreadReducedGradientDynamic(g, std::move(axes), mean);
   TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> input_shape, g.StaticShape(g.I(0)));
   const int64_t rank = static_cast<int64_t>(input_shape.size());
   if (axes.empty()) {

@@ -194,7 +194,7 @@ namespace {
 // The axes a softmax normalises over: `axis` alone from opset 13, `axis` and every later axis before (the
 // input was coerced to 2-D at `axis`).
 absl::StatusOr<std::vector<int64_t>> SoftmaxAxes(GradientRuleContext& g) {
-  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.PartialShape(g.I(0)));
   const int64_t rank = static_cast<int64_t>(shape.size());
   int64_t axis = g.IntAttr("axis", g.opset() >= 13 ? -1 : 1);
   if (axis < 0) axis += rank;

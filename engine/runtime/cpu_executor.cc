@@ -1,11 +1,14 @@
 #include "engine/runtime/cpu_executor.h"
 
+#include <algorithm>
 #include <chrono>
-
 #include <exception>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
 
 namespace traind::engine {
 
@@ -54,7 +57,8 @@ uint64_t RunRandomSeed(uint64_t session_seed, uint64_t run_index) {
 }
 
 absl::Status RunNodeOnCpu(const PlannedNode& node, size_t node_index, std::vector<Tensor>& slots,
-                          BufferPool& buffers, ThreadPool& threads, uint64_t run_seed) {
+                          BufferPool& buffers, ThreadPool& threads, uint64_t run_seed,
+                          absl::Span<const int> donated_positions) {
   absl::InlinedVector<const Tensor*, 8> node_inputs;
   absl::InlinedVector<Tensor*, 4> node_outputs;
   for (int slot : node.inputs) {
@@ -66,6 +70,7 @@ absl::Status RunNodeOnCpu(const PlannedNode& node, size_t node_index, std::vecto
   KernelContext context(node_inputs.data(), static_cast<int>(node_inputs.size()), node_outputs.data(),
                         static_cast<int>(node_outputs.size()), buffers, threads);
   if (run_seed != 0) context.set_random_seed(Mix(run_seed + node_index) | 1);
+  context.set_donated_inputs(donated_positions);
   absl::Status status;
   try {
     status = node.kernel->Compute(context);
@@ -85,8 +90,40 @@ absl::Status RunNodeOnCpu(const PlannedNode& node, size_t node_index, std::vecto
   return absl::OkStatus();
 }
 
+namespace {
+
+// (node, input position) pairs of the donations this run honours, sorted: a donated input goes to its sole reader,
+// unless another input of the run shares its buffer (the reader would then change a value someone else reads).
+absl::StatusOr<std::vector<std::pair<int, int>>> HonouredDonations(const Plan& plan, absl::Span<const Tensor> inputs,
+                                                                   absl::Span<const int> donated) {
+  std::vector<std::pair<int, int>> honoured;
+  if (donated.empty()) return honoured;
+  absl::flat_hash_map<const Buffer*, int> sharers;
+  for (const Tensor& input : inputs) ++sharers[input.buffer().get()];
+  for (const auto& [slot, constant] : plan.constants) ++sharers[constant.buffer().get()];
+  for (const int index : donated) {
+    if (index < 0 || static_cast<size_t>(index) >= plan.inputs.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("donated input ", index, " is not an input of the plan"));
+    }
+    const Plan::DonationTarget& target = plan.donation_targets[index];
+    if (target.node >= 0 && sharers[inputs[index].buffer().get()] == 1) {
+      honoured.emplace_back(target.node, target.position);
+    }
+  }
+  std::sort(honoured.begin(), honoured.end());
+  honoured.erase(std::unique(honoured.begin(), honoured.end()), honoured.end());
+  return honoured;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<Tensor>> CpuExecutor::Run(const Plan& plan,
                                                      absl::Span<const Tensor> inputs) const {
+  return RunWithOptions(plan, inputs, RunOptions());
+}
+
+absl::StatusOr<std::vector<Tensor>> CpuExecutor::RunWithOptions(const Plan& plan, absl::Span<const Tensor> inputs,
+                                                                const RunOptions& options) const {
   if (inputs.size() != plan.inputs.size()) {
     return absl::InvalidArgumentError(absl::StrCat("expected ", plan.inputs.size(),
                                                    " inputs, got ", inputs.size()));
@@ -102,6 +139,12 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutor::Run(const Plan& plan,
     slots[plan.inputs[i].slot] = inputs[i];
   }
 
+  using Donations = std::vector<std::pair<int, int>>;
+  TRAIND_ASSIGN_OR_RETURN(const Donations donations, HonouredDonations(plan, inputs, options.donated_inputs));
+  std::vector<int> donated_positions;
+  for (const auto& [node, position] : donations) donated_positions.push_back(position);
+  size_t next_donation = 0;
+
   if (profile_ != nullptr) {
     profile_->seconds_per_node.resize(plan.nodes.size());
     ++profile_->runs;
@@ -110,7 +153,14 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutor::Run(const Plan& plan,
     const PlannedNode& node = plan.nodes[node_index];
     const auto node_start =
         profile_ != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    absl::Status status = RunNodeOnCpu(node, node_index, slots, *buffers_, threads_, run_seed);
+    absl::Span<const int> donated_here;
+    if (next_donation < donations.size() && donations[next_donation].first == static_cast<int>(node_index)) {
+      size_t end = next_donation;
+      while (end < donations.size() && donations[end].first == static_cast<int>(node_index)) ++end;
+      donated_here = absl::MakeConstSpan(donated_positions).subspan(next_donation, end - next_donation);
+      next_donation = end;
+    }
+    absl::Status status = RunNodeOnCpu(node, node_index, slots, *buffers_, threads_, run_seed, donated_here);
     if (profile_ != nullptr) {
       profile_->seconds_per_node[node_index] +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - node_start).count();

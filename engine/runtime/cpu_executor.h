@@ -23,6 +23,9 @@ class CpuExecutor : public Executor {
 
   absl::StatusOr<std::vector<Tensor>> Run(const Plan& plan,
                                           absl::Span<const Tensor> inputs) const override;
+  // Honours every donation the plan allows (a donated input's sole reader, its buffer not shared with another input).
+  absl::StatusOr<std::vector<Tensor>> RunWithOptions(const Plan& plan, absl::Span<const Tensor> inputs,
+                                                     const RunOptions& options) const override;
 
   BufferPool& buffers() const { return *buffers_; }
 
@@ -46,9 +49,11 @@ class CpuExecutor : public Executor {
 // The seed of a run: a function of the session's seed and how many runs came before (0 without a seed).
 uint64_t RunRandomSeed(uint64_t session_seed, uint64_t run_index);
 // Runs one node on the CPU over the run's slots: its kernel with pooled outputs, exceptions turned into errors
-// naming the node, every wanted output checked. `run_seed` from RunRandomSeed.
+// naming the node, every wanted output checked. `run_seed` from RunRandomSeed; `donated_positions` (ascending):
+// the node's inputs donated to it in this run (KernelContext::ReuseInputAsOutput), none by default.
 absl::Status RunNodeOnCpu(const PlannedNode& node, size_t node_index, std::vector<Tensor>& slots,
-                          BufferPool& buffers, ThreadPool& threads, uint64_t run_seed);
+                          BufferPool& buffers, ThreadPool& threads, uint64_t run_seed,
+                          absl::Span<const int> donated_positions = {});
 
 }  // namespace traind::engine
 

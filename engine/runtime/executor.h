@@ -12,12 +12,29 @@
 
 namespace traind::engine {
 
+struct RunOptions {
+  // Indices into plan.inputs whose buffers the caller donates to this run, for in-place updates (an optimizer
+  // writing parameters and moments where they are). The executor may let a donated input's only reader (see
+  // Plan::donation_targets) write its output into the input's buffer, and does so only when no other input of the
+  // run shares that buffer; the output then shares the caller's buffer. Donating is permission, not a promise: an
+  // executor may ignore it (the output is then a fresh tensor). Whoever else holds a donated buffer sees the
+  // update; after a failed run a donated buffer holds its old value unless the failure came after the writing node
+  // (kernels that take donations check everything before their first write).
+  absl::Span<const int> donated_inputs;
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
   // `inputs[i]` feeds plan.inputs[i]; returns one tensor per plan.outputs entry. Thread-safe.
   virtual absl::StatusOr<std::vector<Tensor>> Run(const Plan& plan,
                                                   absl::Span<const Tensor> inputs) const = 0;
+  // The same with options; executors without in-place support ignore the donations.
+  virtual absl::StatusOr<std::vector<Tensor>> RunWithOptions(const Plan& plan, absl::Span<const Tensor> inputs,
+                                                             const RunOptions& options) const {
+    (void)options;
+    return Run(plan, inputs);
+  }
 };
 
 // Checks one input against its declaration: dtype, rank and every static dim.

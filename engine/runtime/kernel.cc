@@ -1,5 +1,7 @@
 #include "engine/runtime/kernel.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "engine/model/tensor_proto.h"
 
@@ -118,6 +120,16 @@ absl::StatusOr<Tensor*> KernelContext::AllocateOutput(int i, DataType dtype, Sha
 
 void KernelContext::SetOutput(int i, Tensor tensor) {
   if (wants_output(i)) *outputs_[i] = std::move(tensor);
+}
+
+bool KernelContext::donated(int input) const {
+  return std::binary_search(donated_inputs_.begin(), donated_inputs_.end(), input);
+}
+
+Tensor* KernelContext::ReuseInputAsOutput(int input, int output) {
+  if (!wants_output(output) || !donated(input) || input >= num_inputs_ || inputs_[input] == nullptr) return nullptr;
+  *outputs_[output] = *inputs_[input];
+  return outputs_[output];
 }
 
 absl::Status UnsupportedDtype(absl::string_view op, DataType dtype) {

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "engine/core/buffer_pool.h"
 #include "engine/core/tensor.h"
 #include "engine/core/thread_pool.h"
@@ -82,6 +83,19 @@ class KernelContext {
   // Forwards an existing tensor (for example an input with a new shape) as output i; no copy.
   void SetOutput(int i, Tensor tensor);
 
+  // In-place updates by donation, the one exception to "kernels never write their inputs". The caller of a run
+  // may donate graph inputs (RunOptions::donated_inputs); the executor hands a donated input to the node that is
+  // its only reader, and only if no other input of the run shares its buffer. Such a node may write its result
+  // into that input's buffer instead of a fresh one: ReuseInputAsOutput(input, output) makes output `output` the
+  // input's tensor (same buffer, so the caller's tensor then holds the result) and returns it, writable; nullptr
+  // when input `input` is not donated to this node or the node does not want `output`, and the kernel then
+  // allocates as usual. A kernel that takes a donation checks everything before its first write, so a failing
+  // node leaves donated buffers untouched; the output's dtype and shape are the input's.
+  bool donated(int input) const;
+  Tensor* ReuseInputAsOutput(int input, int output);
+  // For the executor: positions (ascending) of this node's inputs donated to it in this run.
+  void set_donated_inputs(absl::Span<const int> positions) { donated_inputs_ = positions; }
+
   ThreadPool& threads() const { return threads_; }
   BufferPool& buffers() const { return buffers_; }
 
@@ -99,6 +113,7 @@ class KernelContext {
   BufferPool& buffers_;
   ThreadPool& threads_;
   uint64_t random_seed_ = 0;
+  absl::Span<const int> donated_inputs_;
   std::deque<Tensor> scratch_;  // Unwanted outputs; deque keeps earlier pointers valid.
 };
 

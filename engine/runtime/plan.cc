@@ -58,6 +58,7 @@ class Compiler {
     TRAIND_RETURN_IF_ERROR(AddOutputs());
     FoldConstants();
     PlanReleases();
+    PlanDonations();
     plan_->num_slots = static_cast<int>(plan_->slot_names.size());
     return std::shared_ptr<const Plan>(std::move(plan));
   }
@@ -275,6 +276,25 @@ class Compiler {
       if (!keep[slot] && last_use[slot] >= 0) {
         plan_->nodes[last_use[slot]].release_after.push_back(slot);
       }
+    }
+  }
+
+  // A graph input can be updated in place only by its sole reader, and only if no graph output shows its old value.
+  void PlanDonations() {
+    const int num_slots = static_cast<int>(plan_->slot_names.size());
+    std::vector<Plan::DonationTarget> reader(num_slots);
+    std::vector<int> reads(num_slots, 0);
+    for (int n = 0; n < static_cast<int>(plan_->nodes.size()); ++n) {
+      const std::vector<int>& inputs = plan_->nodes[n].inputs;
+      for (int k = 0; k < static_cast<int>(inputs.size()); ++k) {
+        if (inputs[k] < 0) continue;
+        ++reads[inputs[k]];
+        reader[inputs[k]] = {n, k};
+      }
+    }
+    for (const GraphValue& output : plan_->outputs) reads[output.slot] += 2;
+    for (const GraphValue& input : plan_->inputs) {
+      plan_->donation_targets.push_back(reads[input.slot] == 1 ? reader[input.slot] : Plan::DonationTarget());
     }
   }
 

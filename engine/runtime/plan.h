@@ -43,6 +43,14 @@ struct Plan {
   std::vector<std::pair<int, Tensor>> constants;  // Initializers, loaded once.
   std::vector<PlannedNode> nodes;                 // Topological order.
   std::vector<std::string> slot_names;            // For debugging and errors only.
+  // Where a donated graph input may be written in place (RunOptions::donated_inputs in executor.h), indexed like
+  // `inputs`: the only node that reads it and the position among that node's inputs; node -1 when the input has
+  // no reader or several (a node reading it twice counts as several), or is also a graph output.
+  struct DonationTarget {
+    int node = -1;
+    int position = -1;
+  };
+  std::vector<DonationTarget> donation_targets;
 
   // -1 if absent. Not for the hot path: resolve names once, then run by index.
   int InputIndex(const std::string& name) const;

@@ -138,5 +138,41 @@ TEST(RuntimeTest, KernelErrorsNameTheNode) {
       << result.status();
 }
 
+// Donation targets: an input read by one node once can be updated in place by it; one read twice, or by two nodes,
+// or that is also a graph output cannot.
+TEST(RuntimeTest, DonationTargetsAreSoleReaders) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  auto* graph = model.mutable_graph();
+  for (const char* name : {"a", "b", "c", "d"}) AddFloatValue(graph->add_input(), name);
+  AddFloatValue(graph->add_output(), "y");
+  AddFloatValue(graph->add_output(), "z");
+  AddFloatValue(graph->add_output(), "d");
+  AddNode(graph, "Add", {"a", "a"}, "s");   // a read twice
+  AddNode(graph, "Mul", {"s", "b"}, "y");   // b read once, at position 1
+  AddNode(graph, "Sub", {"c", "y"}, "t");   // c read by two nodes
+  AddNode(graph, "Add", {"t", "c"}, "z");
+  auto plan = Compile(model);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ((*plan)->donation_targets.size(), 4u);
+  EXPECT_EQ((*plan)->donation_targets[0].node, -1);
+  EXPECT_EQ((*plan)->donation_targets[1].node, 1);
+  EXPECT_EQ((*plan)->donation_targets[1].position, 1);
+  EXPECT_EQ((*plan)->donation_targets[2].node, -1);
+  EXPECT_EQ((*plan)->donation_targets[3].node, -1);  // a graph output, read by nobody
+  // Ordinary kernels ignore donations: donating everything changes no input.
+  std::vector<Tensor> inputs;
+  for (float value : {1.0f, 2.0f, 3.0f, 4.0f}) inputs.push_back(*Tensor::FromVector<float>({1}, {value}));
+  const std::vector<int> all = {0, 1, 2, 3};
+  RunOptions options;
+  options.donated_inputs = all;
+  auto outputs = CpuExecutor().RunWithOptions(**plan, inputs, options);
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  EXPECT_FLOAT_EQ((*outputs)[0].data<float>()[0], 4.0f);  // (1 + 1) * 2
+  EXPECT_FLOAT_EQ((*outputs)[1].data<float>()[0], 2.0f);  // (3 - 4) + 3
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(inputs[i].data<float>()[0], 1.0f + i);
+}
+
 }  // namespace
 }  // namespace traind::engine

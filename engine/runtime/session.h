@@ -47,6 +47,10 @@ class Session {
   absl::StatusOr<std::vector<Tensor>> Run(absl::Span<const Tensor> inputs) const {
     return executor_->Run(*plan_, inputs);
   }
+  // With donations for in-place updates (RunOptions in executor.h).
+  absl::StatusOr<std::vector<Tensor>> Run(absl::Span<const Tensor> inputs, const RunOptions& options) const {
+    return executor_->RunWithOptions(*plan_, inputs, options);
+  }
   // By name: every graph input exactly once; returns every graph output with its name.
   absl::StatusOr<NamedTensors> Run(const NamedTensors& inputs) const;
 

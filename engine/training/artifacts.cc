@@ -157,12 +157,113 @@ std::vector<std::string> LossTermInputs(const LossTerm& term, const onnx::ModelP
   return inputs;
 }
 
+bool IsFloatValue(const TypeMap& types, const std::string& name) {
+  auto it = types.find(name);
+  return it != types.end() && it->second.has_tensor_type() && IsFloatingPointType(it->second.tensor_type().elem_type());
+}
+
+// The forward model's inputs that are not initializers (IR < 4 models list initializers among the inputs).
+std::vector<std::string> ForwardInputs(const onnx::GraphProto& forward) {
+  absl::flat_hash_set<std::string> initializers;
+  for (const auto& initializer : forward.initializer()) initializers.insert(initializer.name());
+  std::vector<std::string> inputs;
+  for (const auto& input : forward.input()) {
+    if (!initializers.contains(input.name())) inputs.push_back(input.name());
+  }
+  return inputs;
+}
+
+// Artifacts without a loss: the outputs and inputs to differentiate, defaults resolved and everything checked.
+absl::StatusOr<OutputGradientOptions> ResolveOutputGradients(const onnx::ModelProto& forward,
+                                                             const OutputGradientOptions& requested,
+                                                             const TypeMap& types) {
+  const onnx::GraphProto& graph = forward.graph();
+  const std::vector<std::string> inputs = ForwardInputs(graph);
+  OutputGradientOptions resolved = requested;
+  if (resolved.outputs.empty()) {
+    for (const auto& output : graph.output()) {
+      if (IsFloatValue(types, output.name())) resolved.outputs.push_back(output.name());
+    }
+    if (resolved.outputs.empty()) return absl::InvalidArgumentError("the model has no floating-point output");
+  }
+  std::set<std::string> seen;
+  for (const std::string& name : resolved.outputs) {
+    bool is_output = false;
+    for (const auto& output : graph.output()) is_output |= output.name() == name;
+    if (!is_output) return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not an output of the model"));
+    if (!IsFloatValue(types, name)) {
+      return absl::InvalidArgumentError(absl::StrCat("output '", name, "' is not floating-point: it has no gradient"));
+    }
+    if (std::count(inputs.begin(), inputs.end(), name) > 0) {
+      return absl::InvalidArgumentError(absl::StrCat("output '", name, "' is also an input of the model"));
+    }
+    if (!seen.insert(name).second) return absl::InvalidArgumentError(absl::StrCat("output '", name, "' listed twice"));
+  }
+  if (requested.no_input_gradients && !requested.inputs.empty()) {
+    return absl::InvalidArgumentError("input gradients both listed and turned off");
+  }
+  if (resolved.inputs.empty() && !resolved.no_input_gradients) {
+    // Every floating-point input some differentiated output depends on (nodes are in topological order).
+    absl::flat_hash_map<std::string, std::set<std::string>> reaching;  // value -> inputs it depends on
+    for (const std::string& input : inputs) reaching[input] = {input};
+    for (const auto& node : graph.node()) {
+      std::set<std::string> upstream;
+      for (const auto& input : node.input()) {
+        if (auto it = reaching.find(input); it != reaching.end()) upstream.insert(it->second.begin(), it->second.end());
+      }
+      if (upstream.empty()) continue;
+      for (const auto& output : node.output()) reaching[output].insert(upstream.begin(), upstream.end());
+    }
+    std::set<std::string> needed;
+    for (const std::string& output : resolved.outputs) {
+      if (auto it = reaching.find(output); it != reaching.end()) needed.insert(it->second.begin(), it->second.end());
+    }
+    for (const std::string& input : inputs) {
+      if (needed.count(input) > 0 && IsFloatValue(types, input)) resolved.inputs.push_back(input);
+    }
+  }
+  seen.clear();
+  for (const std::string& name : resolved.inputs) {
+    if (std::count(inputs.begin(), inputs.end(), name) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not an input of the model"));
+    }
+    if (!IsFloatValue(types, name)) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is not floating-point: it has no gradient"));
+    }
+    if (!seen.insert(name).second) return absl::InvalidArgumentError(absl::StrCat("input '", name, "' listed twice"));
+  }
+  // Inputs in the model's order, as the contract says.
+  std::vector<std::string> ordered;
+  for (const std::string& input : inputs) {
+    if (seen.count(input) > 0) ordered.push_back(input);
+  }
+  resolved.inputs = std::move(ordered);
+  return resolved;
+}
+
 absl::Status ValidateOptions(const onnx::ModelProto& forward, const ArtifactOptions& options, const TypeMap& types) {
-  if (options.loss.empty()) return absl::InvalidArgumentError("no loss given");
   absl::flat_hash_set<std::string> values;
   for (const auto& input : forward.graph().input()) values.insert(input.name());
   for (const auto& initializer : forward.graph().initializer()) values.insert(initializer.name());
   for (const auto& node : forward.graph().node()) values.insert(node.output().begin(), node.output().end());
+  if (options.output_gradients) {
+    if (!options.loss.empty()) return absl::InvalidArgumentError("artifacts without a loss cannot have a loss");
+    if (!options.additional_output_names.empty()) {
+      return absl::InvalidArgumentError(
+          "artifacts without a loss return every output of the model: additional_output_names does not apply");
+    }
+    std::vector<std::string> added;
+    for (const std::string& name : options.output_gradients->outputs) added.push_back(GradientName(name));
+    for (const std::string& name : options.output_gradients->inputs) added.push_back(GradientName(name));
+    for (const std::string& name : added) {
+      if (values.contains(name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the model already has a value named '", name, "', a name the artifacts reserve"));
+      }
+    }
+  } else if (options.loss.empty()) {
+    return absl::InvalidArgumentError("no loss given");
+  }
   for (const LossTerm& term : options.loss) {
     if (term.kind == LossKind::kOnnxGraph) {
       if (LossTermInputs(term, forward).empty()) {
@@ -225,6 +326,15 @@ absl::Status ValidateOptions(const onnx::ModelProto& forward, const ArtifactOpti
     return absl::InvalidArgumentError("Nesterov momentum requires momentum > 0 and zero dampening");
   }
   if (!(optimizer.max_grad_norm >= 0.0f)) return absl::InvalidArgumentError("max_grad_norm must be >= 0");
+  if (!(optimizer.penalty_alpha >= 0.0f) || !std::isfinite(optimizer.penalty_alpha)) {
+    return absl::InvalidArgumentError("the penalty's alpha must be finite and >= 0");
+  }
+  if (!(optimizer.penalty_l1_ratio >= 0.0f && optimizer.penalty_l1_ratio <= 1.0f)) {
+    return absl::InvalidArgumentError("the penalty's l1_ratio must lie in [0, 1]");
+  }
+  if (optimizer.penalty_alpha > 0.0f && optimizer.onnx_standard_op) {
+    return absl::InvalidArgumentError("the elastic-net penalty is not available with ONNX's standard optimizer ops");
+  }
   return absl::OkStatus();
 }
 
@@ -460,8 +570,9 @@ void PruneTo(onnx::GraphProto* graph, const std::vector<std::string>& outputs) {
 
 // Rebuilds the input list in the contract's order: forward inputs, targets, every parameter (checkpoint order),
 // then `extra`. Parameters that are still initializers (frozen ones, running statistics) become inputs.
-absl::Status ArrangeInputs(onnx::GraphProto* graph, const onnx::GraphProto& forward, const ArtifactOptions& options,
-                           const Parameters& parameters, const std::vector<onnx::ValueInfoProto>& extra) {
+absl::Status ArrangeInputs(onnx::GraphProto* graph, const onnx::GraphProto& forward,
+                           const std::vector<std::string>& targets, const Parameters& parameters,
+                           const std::vector<onnx::ValueInfoProto>& extra) {
   absl::flat_hash_map<std::string, onnx::ValueInfoProto> inputs;
   for (const auto& input : graph->input()) inputs[input.name()] = input;
   absl::flat_hash_set<std::string> parameter_names;
@@ -481,11 +592,7 @@ absl::Status ArrangeInputs(onnx::GraphProto* graph, const onnx::GraphProto& forw
   for (const auto& input : forward.input()) {
     if (!forward_initializers.contains(input.name())) order.push_back(input.name());
   }
-  for (const LossTerm& term : options.loss) {
-    // A loss graph may declare no target (it reads model outputs only) or several (target, then extra_targets).
-    if (!term.target.empty()) order.push_back(term.target);
-    order.insert(order.end(), term.extra_targets.begin(), term.extra_targets.end());
-  }
+  order.insert(order.end(), targets.begin(), targets.end());
   for (const onnx::TensorProto* parameter : parameters.all) order.push_back(parameter->name());
   graph->clear_input();
   absl::flat_hash_set<std::string> placed;
@@ -506,12 +613,37 @@ absl::StatusOr<onnx::ValueInfoProto> OutputInfo(const onnx::GraphProto& graph, c
   return absl::InternalError(absl::StrCat("the training graph has no output '", name, "'"));
 }
 
+// The inputs between the forward inputs and the parameters: the loss's targets (a loss graph may declare none, or
+// several: target, then extra_targets), or without a loss the gradients of the differentiated outputs.
+std::vector<std::string> TargetInputs(const ArtifactOptions& options) {
+  std::vector<std::string> targets;
+  if (options.output_gradients) {
+    for (const std::string& output : options.output_gradients->outputs) targets.push_back(GradientName(output));
+    return targets;
+  }
+  for (const LossTerm& term : options.loss) {
+    if (!term.target.empty()) targets.push_back(term.target);
+    targets.insert(targets.end(), term.extra_targets.begin(), term.extra_targets.end());
+  }
+  return targets;
+}
+
 TrainingGraphOptions GraphOptions(const ArtifactOptions& options, const Parameters& parameters) {
   TrainingGraphOptions graph_options;
   graph_options.trainable = parameters.trainable;
   graph_options.frozen = options.frozen_params;
   graph_options.loss = options.loss;
+  if (options.output_gradients) {
+    graph_options.differentiated_outputs = options.output_gradients->outputs;
+    graph_options.differentiated_inputs = options.output_gradients->inputs;
+  }
   return graph_options;
+}
+
+void AddMetadata(onnx::ModelProto* model, const std::string& key, const std::vector<std::string>& lines) {
+  auto* entry = model->add_metadata_props();
+  entry->set_key(key);
+  entry->set_value(absl::StrJoin(lines, "\n"));
 }
 
 // running_var as PyTorch leaves it: ONNX blends the biased batch variance (sum / n), PyTorch the unbiased one
@@ -548,15 +680,29 @@ absl::StatusOr<onnx::ModelProto> BuildTrainingModel(const onnx::ModelProto& forw
     extra_inputs.push_back(MakeValueInfo(GradientAccumulationBufferName(parameter), types.at(parameter)));
   }
   extra_inputs.push_back(MakeValueInfo(kLazyResetGradName, ScalarType(onnx::TensorProto::BOOL)));
-  TRAIND_RETURN_IF_ERROR(ArrangeInputs(graph, forward.graph(), options, parameters, extra_inputs));
+  TRAIND_RETURN_IF_ERROR(ArrangeInputs(graph, forward.graph(), TargetInputs(options), parameters, extra_inputs));
 
   std::vector<onnx::ValueInfoProto> outputs;
-  TRAIND_ASSIGN_OR_RETURN(onnx::ValueInfoProto loss, OutputInfo(*graph, training.loss));
-  if (training.loss != kLossName) return absl::InternalError("the training graph's loss is not named 'loss'");
-  outputs.push_back(loss);
-  for (const std::string& name : options.additional_output_names) {
-    TRAIND_ASSIGN_OR_RETURN(onnx::ValueInfoProto info, OutputInfo(*graph, name));
-    outputs.push_back(info);
+  if (options.output_gradients) {
+    // No loss: the forward outputs, then the inputs' gradients.
+    for (const auto& output : forward.graph().output()) {
+      TRAIND_ASSIGN_OR_RETURN(onnx::ValueInfoProto info, OutputInfo(*graph, output.name()));
+      outputs.push_back(info);
+    }
+    for (const std::string& input : options.output_gradients->inputs) {
+      TRAIND_ASSIGN_OR_RETURN(onnx::ValueInfoProto info, OutputInfo(*graph, GradientName(input)));
+      outputs.push_back(info);
+    }
+    AddMetadata(&training.model, kDifferentiatedOutputsMetadata, options.output_gradients->outputs);
+    AddMetadata(&training.model, kInputGradientsMetadata, options.output_gradients->inputs);
+  } else {
+    TRAIND_ASSIGN_OR_RETURN(onnx::ValueInfoProto loss, OutputInfo(*graph, training.loss));
+    if (training.loss != kLossName) return absl::InternalError("the training graph's loss is not named 'loss'");
+    outputs.push_back(loss);
+    for (const std::string& name : options.additional_output_names) {
+      TRAIND_ASSIGN_OR_RETURN(onnx::ValueInfoProto info, OutputInfo(*graph, name));
+      outputs.push_back(info);
+    }
   }
   GraphEditor accumulation(graph, "accumulate/");
   for (const std::string& parameter : parameters.trainable) {
@@ -588,6 +734,14 @@ absl::StatusOr<onnx::ModelProto> BuildEvalModel(const onnx::ModelProto& forward,
   onnx::ModelProto model = forward;
   DropInitializerInputs(model.mutable_graph());
   TRAIND_RETURN_IF_ERROR(SwitchToEvalMode(&model));
+  std::vector<std::string> forward_outputs;
+  for (const auto& output : forward.graph().output()) forward_outputs.push_back(output.name());
+  if (options.output_gradients) {
+    // No loss: the forward model in eval mode, its parameters as inputs.
+    TRAIND_RETURN_IF_ERROR(ArrangeInputs(model.mutable_graph(), forward.graph(), {}, parameters, {}));
+    AddMetadata(&model, kForwardOutputsMetadata, forward_outputs);
+    return model;
+  }
   AddOutputs(model.mutable_graph(), options.additional_output_names, types);
   // The loss is built exactly as in the training model; the backward part is then pruned away.
   TRAIND_ASSIGN_OR_RETURN(TrainingGraph training, BuildTrainingGraph(model, GraphOptions(options, parameters)));
@@ -604,12 +758,8 @@ absl::StatusOr<onnx::ModelProto> BuildEvalModel(const onnx::ModelProto& forward,
   for (const auto& output : outputs) *graph->add_output() = output;
   PruneTo(graph, output_names);
   // Parameters are inputs whether or not the pruned graph reads them (the contract's fixed input list).
-  TRAIND_RETURN_IF_ERROR(ArrangeInputs(graph, forward.graph(), options, parameters, {}));
-  std::vector<std::string> forward_outputs;
-  for (const auto& output : forward.graph().output()) forward_outputs.push_back(output.name());
-  auto* entry = training.model.add_metadata_props();
-  entry->set_key(kForwardOutputsMetadata);
-  entry->set_value(absl::StrJoin(forward_outputs, "\n"));
+  TRAIND_RETURN_IF_ERROR(ArrangeInputs(graph, forward.graph(), TargetInputs(options), parameters, {}));
+  AddMetadata(&training.model, kForwardOutputsMetadata, forward_outputs);
   return std::move(training.model);
 }
 
@@ -743,6 +893,48 @@ absl::StatusOr<onnx::ModelProto> BuildOnnxOptimizerModel(const onnx::ModelProto&
   return model;
 }
 
+// The elastic-net penalty's L2 part for one parameter: gradient + l2 * parameter (OptimizerSpec::penalty_alpha).
+std::string PenalizedGradient(GraphEditor& editor, const std::string& parameter, float l2) {
+  const std::string decay = editor.Temp("l2_term");
+  editor.Node("Mul", {parameter, editor.Scalar("l2", onnx::TensorProto::FLOAT, l2)}, {decay});
+  const std::string gradient = editor.Temp("gradient");
+  editor.Node("Add", {GradientName(parameter), decay}, {gradient});
+  return gradient;
+}
+
+// The L1 part after the optimizer's update `stepped` of `parameter`: scikit-learn's cumulative truncated gradient
+// (OptimizerSpec::penalty_alpha). Writes UpdatedName of the parameter and of its two L1 states; a skipped step
+// (`skipped`) changes none of them.
+void TruncateL1(GraphEditor& editor, const std::string& parameter, const std::string& stepped, float l1) {
+  const std::string total = OptimizerStateName(parameter, kL1TotalState);
+  const std::string applied = OptimizerStateName(parameter, kL1AppliedState);
+  const std::string zero = editor.Scalar("zero", onnx::TensorProto::FLOAT, 0.0);
+  editor.Node("Mul", {kLearningRateName, editor.Scalar("l1", onnx::TensorProto::FLOAT, l1)}, {editor.Temp("l1_step")});
+  editor.Node("Add", {total, editor.Temp("l1_step")}, {editor.Temp("u")});
+  // w > 0: max(0, w - (u + q)); w < 0: min(0, w + (u - q)); w = 0 stays.
+  editor.Node("Add", {editor.Temp("u"), applied}, {editor.Temp("u_plus_q")});
+  editor.Node("Sub", {stepped, editor.Temp("u_plus_q")}, {editor.Temp("shrunk_down")});
+  editor.Node("Max", {editor.Temp("shrunk_down"), zero}, {editor.Temp("positive")});
+  editor.Node("Sub", {editor.Temp("u"), applied}, {editor.Temp("u_minus_q")});
+  editor.Node("Add", {stepped, editor.Temp("u_minus_q")}, {editor.Temp("shrunk_up")});
+  editor.Node("Min", {editor.Temp("shrunk_up"), zero}, {editor.Temp("negative")});
+  editor.Node("Less", {stepped, zero}, {editor.Temp("is_negative")});
+  editor.Node("Where", {editor.Temp("is_negative"), editor.Temp("negative"), stepped}, {editor.Temp("not_positive")});
+  editor.Node("Greater", {stepped, zero}, {editor.Temp("is_positive")});
+  editor.Node("Where", {editor.Temp("is_positive"), editor.Temp("positive"), editor.Temp("not_positive")},
+              {editor.Temp("truncated")});
+  editor.Node("Sub", {editor.Temp("truncated"), stepped}, {editor.Temp("change")});
+  editor.Node("Add", {applied, editor.Temp("change")}, {editor.Temp("q")});
+  editor.Node("Where", {kSkippedName, parameter, editor.Temp("truncated")}, {UpdatedName(parameter)});
+  editor.Node("Where", {kSkippedName, total, editor.Temp("u")}, {UpdatedName(total)});
+  editor.Node("Where", {kSkippedName, applied, editor.Temp("q")}, {UpdatedName(applied)});
+}
+
+std::vector<std::string> PenaltyStates(const OptimizerSpec& spec) {
+  if (spec.penalty_alpha > 0.0f && spec.penalty_l1_ratio > 0.0f) return {kL1TotalState, kL1AppliedState};
+  return {};
+}
+
 absl::StatusOr<onnx::ModelProto> BuildFusedOptimizerModel(const onnx::ModelProto& forward, const OptimizerSpec& spec,
                                                           const Parameters& parameters, const TypeMap& types) {
   onnx::ModelProto model;
@@ -750,30 +942,60 @@ absl::StatusOr<onnx::ModelProto> BuildFusedOptimizerModel(const onnx::ModelProto
   ImportTraindDomain(&model);
   onnx::GraphProto* graph = model.mutable_graph();
   const std::vector<std::string> states = OptimizerStates(spec);
+  const std::vector<std::string> penalty_states = PenaltyStates(spec);
+  const float l2 = spec.penalty_alpha * (1.0f - spec.penalty_l1_ratio);
+  const float l1 = spec.penalty_alpha * spec.penalty_l1_ratio;
+  const std::set<std::string> penalized = spec.penalized.empty()
+                                              ? std::set<std::string>(parameters.trainable.begin(),
+                                                                      parameters.trainable.end())
+                                              : std::set<std::string>(spec.penalized.begin(), spec.penalized.end());
   *graph->add_input() = MakeValueInfo(kLearningRateName, ScalarType(onnx::TensorProto::FLOAT));
   *graph->add_input() = MakeValueInfo(kStepName, ScalarType(onnx::TensorProto::INT64));
   GraphEditor editor(graph, "");
-  onnx::NodeProto* node = editor.Node(spec.kind == OptimizerKind::kAdamW ? "AdamW" : "SGD",
-                                      {kLearningRateName, kStepName}, {kSkippedName}, kTraindTrainingDomain);
-  node->set_name("optimizer");
+  // The optimizer node's inputs and outputs; the node itself comes after the L2 terms it reads.
+  std::vector<std::string> node_inputs = {kLearningRateName, kStepName};
+  std::vector<std::string> node_outputs = {kSkippedName};
+  std::vector<std::pair<std::string, std::string>> truncations;  // (parameter, its stepped value)
   for (const std::string& parameter : parameters.trainable) {
     const onnx::TypeProto& type = types.at(parameter);
-    std::vector<std::string> inputs = {parameter, GradientName(parameter)};
+    const bool is_penalized = penalized.count(parameter) > 0;
+    GraphEditor penalty(graph, absl::StrCat("penalty/", parameter, "/"));
+    std::vector<std::string> declared = {parameter, GradientName(parameter)};
     std::vector<std::string> updated = {parameter};
     for (const std::string& state : states) {
-      inputs.push_back(OptimizerStateName(parameter, state));
+      declared.push_back(OptimizerStateName(parameter, state));
       updated.push_back(OptimizerStateName(parameter, state));
     }
-    for (const std::string& input : inputs) {
-      node->add_input(input);
-      *graph->add_input() = MakeValueInfo(input, type);
+    for (const std::string& state : penalty_states) declared.push_back(OptimizerStateName(parameter, state));
+    for (const std::string& input : declared) *graph->add_input() = MakeValueInfo(input, type);
+    std::vector<std::string> inputs(declared.begin(), declared.begin() + 2 + states.size());
+    if (is_penalized && l2 > 0.0f) inputs[1] = PenalizedGradient(penalty, parameter, l2);
+    node_inputs.insert(node_inputs.end(), inputs.begin(), inputs.end());
+    for (size_t v = 0; v < updated.size(); ++v) {
+      // With L1 on this parameter, the optimizer's update is truncated afterwards.
+      const bool truncated = v == 0 && is_penalized && !penalty_states.empty();
+      const std::string output = truncated ? penalty.Temp("stepped") : UpdatedName(updated[v]);
+      if (truncated) truncations.emplace_back(parameter, output);
+      node_outputs.push_back(output);
     }
-    for (const std::string& value : updated) {
-      node->add_output(UpdatedName(value));
-      *graph->add_output() = MakeValueInfo(UpdatedName(value), type);
+    for (const std::string& value : updated) *graph->add_output() = MakeValueInfo(UpdatedName(value), type);
+    for (const std::string& state : penalty_states) {
+      *graph->add_output() = MakeValueInfo(UpdatedName(OptimizerStateName(parameter, state)), type);
+      if (!is_penalized) {
+        editor.Node("Identity", {OptimizerStateName(parameter, state)},
+                    {UpdatedName(OptimizerStateName(parameter, state))});
+      }
     }
   }
   *graph->add_output() = MakeValueInfo(kSkippedName, ScalarType(onnx::TensorProto::BOOL));
+  onnx::NodeProto* node = editor.Node(spec.kind == OptimizerKind::kAdamW ? "AdamW" : "SGD", node_inputs,
+                                      node_outputs, kTraindTrainingDomain);
+  node->set_name("optimizer");
+  // After the optimizer node (ONNX needs nodes in topological order).
+  for (const auto& [parameter, stepped] : truncations) {
+    GraphEditor penalty(graph, absl::StrCat("penalty/", parameter, "/"));
+    TruncateL1(penalty, parameter, stepped, l1);
+  }
   SetFloatAttribute(node, "max_grad_norm", spec.max_grad_norm);
   SetFloatAttribute(node, "weight_decay", spec.weight_decay);
   if (spec.kind == OptimizerKind::kAdamW) {
@@ -822,8 +1044,18 @@ absl::StatusOr<CheckpointState> BuildCheckpoint(const Parameters& parameters) {
 // a trainable parameter and the loss, gradients stop at non-differentiable ops), but instead of stopping at the
 // first op without a rule it records every one, and the trainable parameters each blocks, and carries on past
 // it as if a rule existed.
+// The forward values gradients start from: what the loss reads, or the differentiated outputs.
+std::vector<std::string> GradientSeeds(const onnx::ModelProto& forward, const ArtifactOptions& options) {
+  if (options.output_gradients) return options.output_gradients->outputs;
+  std::vector<std::string> seeds;
+  for (const LossTerm& term : options.loss) {
+    for (const std::string& output : LossTermInputs(term, forward)) seeds.push_back(output);
+  }
+  return seeds;
+}
+
 GradientCoverageReport AnalyzeCoverage(const onnx::ModelProto& forward, const std::vector<std::string>& trainable,
-                                       const std::vector<LossTerm>& loss, const TypeMap& types) {
+                                       const std::vector<std::string>& seeds, const TypeMap& types) {
   const onnx::GraphProto& graph = forward.graph();
   const OpRegistry& registry = OpRegistry::Global();
   auto may_carry_gradient = [&types](const std::string& value) {
@@ -843,10 +1075,8 @@ GradientCoverageReport AnalyzeCoverage(const onnx::ModelProto& forward, const st
     }
   }
   absl::flat_hash_set<std::string> has_gradient;
-  for (const LossTerm& term : loss) {
-    for (const std::string& output : LossTermInputs(term, forward)) {
-      if (requires_grad.contains(output)) has_gradient.insert(output);
-    }
+  for (const std::string& output : seeds) {
+    if (requires_grad.contains(output)) has_gradient.insert(output);
   }
   std::map<std::pair<std::string, std::string>, OpCoverage> ops;
   std::map<std::pair<std::string, std::string>, std::set<std::string>> blocked;
@@ -914,20 +1144,46 @@ std::string GradientCoverageReport::ToText() const {
   return text;
 }
 
-absl::StatusOr<GradientCoverageReport> AnalyzeGradientCoverage(const onnx::ModelProto& forward,
-                                                               const ArtifactOptions& options) {
-  const TypeMap types = InferTypes(forward);
-  TRAIND_RETURN_IF_ERROR(ValidateOptions(forward, options, types));
-  TRAIND_ASSIGN_OR_RETURN(Parameters parameters, ClassifyParameters(forward, options));
-  return AnalyzeCoverage(forward, parameters.trainable, options.loss, types);
+namespace {
+
+// The options with the defaults of artifacts without a loss filled in.
+absl::StatusOr<ArtifactOptions> Resolve(const onnx::ModelProto& forward, const ArtifactOptions& options,
+                                        const TypeMap& types) {
+  ArtifactOptions resolved = options;
+  if (options.output_gradients) {
+    TRAIND_ASSIGN_OR_RETURN(resolved.output_gradients,
+                            ResolveOutputGradients(forward, *options.output_gradients, types));
+  }
+  TRAIND_RETURN_IF_ERROR(ValidateOptions(forward, resolved, types));
+  return resolved;
 }
 
-absl::StatusOr<Artifacts> GenerateArtifacts(const onnx::ModelProto& forward, const ArtifactOptions& options) {
+absl::Status CheckPenalized(const OptimizerSpec& spec, const Parameters& parameters) {
+  for (const std::string& name : spec.penalized) {
+    if (std::count(parameters.trainable.begin(), parameters.trainable.end(), name) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("penalized parameter '", name, "' is not a trainable parameter"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<GradientCoverageReport> AnalyzeGradientCoverage(const onnx::ModelProto& forward,
+                                                               const ArtifactOptions& requested) {
   const TypeMap types = InferTypes(forward);
-  TRAIND_RETURN_IF_ERROR(ValidateOptions(forward, options, types));
+  TRAIND_ASSIGN_OR_RETURN(const ArtifactOptions options, Resolve(forward, requested, types));
   TRAIND_ASSIGN_OR_RETURN(Parameters parameters, ClassifyParameters(forward, options));
+  return AnalyzeCoverage(forward, parameters.trainable, GradientSeeds(forward, options), types);
+}
+
+absl::StatusOr<Artifacts> GenerateArtifacts(const onnx::ModelProto& forward, const ArtifactOptions& requested) {
+  const TypeMap types = InferTypes(forward);
+  TRAIND_ASSIGN_OR_RETURN(const ArtifactOptions options, Resolve(forward, requested, types));
+  TRAIND_ASSIGN_OR_RETURN(Parameters parameters, ClassifyParameters(forward, options));
+  TRAIND_RETURN_IF_ERROR(CheckPenalized(options.optimizer, parameters));
   Artifacts artifacts;
-  artifacts.coverage = AnalyzeCoverage(forward, parameters.trainable, options.loss, types);
+  artifacts.coverage = AnalyzeCoverage(forward, parameters.trainable, GradientSeeds(forward, options), types);
   if (!artifacts.coverage.complete()) {
     return absl::UnimplementedError(
         absl::StrCat("some trainable parameters get no gradient: ops on their path have no gradient rule\n",
@@ -961,11 +1217,12 @@ absl::Status WriteArtifacts(const Artifacts& artifacts, const std::string& direc
       !artifacts.optimizer_model.SerializeToString(&optimizer)) {
     return absl::InvalidArgumentError("an artifact model cannot be serialized (over 2 GiB?)");
   }
-  TRAIND_ASSIGN_OR_RETURN(std::string checkpoint, SerializeCheckpoint(artifacts.checkpoint));
+  TRAIND_RETURN_IF_ERROR(ValidateCheckpointState(artifacts.checkpoint, /*allow_shape_only=*/false));
   TRAIND_RETURN_IF_ERROR(WriteFileAtomically(base + "training_model.onnx", training));
   TRAIND_RETURN_IF_ERROR(WriteFileAtomically(base + "eval_model.onnx", eval));
   TRAIND_RETURN_IF_ERROR(WriteFileAtomically(base + "optimizer_model.onnx", optimizer));
-  return WriteFileAtomically(base + "checkpoint", checkpoint);
+  // Streamed: the parameters (possibly mapped from the forward model's external data) are never copied whole.
+  return SaveCheckpoint(base + "checkpoint", artifacts.checkpoint);
 }
 
 }  // namespace traind::engine

@@ -35,10 +35,26 @@
 //   including the optional global gradient-norm clipping of torch.nn.utils.clip_grad_norm_.
 // Checkpoint: parameters with data (requires_grad set, no grads), optimizer state absent until the first
 //   step; properties empty.
+//
+// Without a loss (ArtifactOptions::output_gradients set; the forward/backward style, in which the caller computes
+// the loss or receives the gradients of the model's outputs from the layers after it):
+// Training model ("vector-Jacobian product" model)
+//   inputs:  the forward model's own inputs, then GradientName(o) for every differentiated output o (forward
+//            output order; o's type and shape), then every parameter, the gradient buffers and kLazyResetGradName
+//            as above.
+//   outputs: the forward model's outputs (its order), then GradientName(x) for every differentiated input x
+//            (forward input order), then the accumulated gradients and the running statistics as above. The
+//            parameters' gradients are sum_o J_o(p)^T GradientName(o), the inputs' likewise.
+//   metadata: kDifferentiatedOutputsMetadata and kInputGradientsMetadata list o and x, one per line.
+//   Module splits it into a forward part (what Forward runs: outputs, running statistics, and the values the
+//   backward part reads) and a backward part (engine/training/forward_backward.h).
+// Eval model: inputs forward inputs, every parameter; outputs the forward outputs (model.eval() semantics).
+// Optimizer model and checkpoint: as above.
 // ---------------------------------------------------------------------------------------------------------
 #ifndef TRAIND_ENGINE_TRAINING_ARTIFACTS_H_
 #define TRAIND_ENGINE_TRAINING_ARTIFACTS_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +76,9 @@ inline constexpr const char* kSkippedName = "skipped";
 inline constexpr const char* kInitialLearningRateMetadata = "traind.initial_learning_rate";
 // Eval-model metadata: the forward model's outputs, one per line — what an inference model exports by default.
 inline constexpr const char* kForwardOutputsMetadata = "traind.forward_outputs";
+// Training-model metadata of artifacts without a loss: the differentiated outputs and inputs, one per line.
+inline constexpr const char* kDifferentiatedOutputsMetadata = "traind.differentiated_outputs";
+inline constexpr const char* kInputGradientsMetadata = "traind.input_gradients";
 
 std::string GradientAccumulationBufferName(const std::string& parameter);  // "<p>_grad.accumulation.buffer"
 std::string GradientAccumulationOutputName(const std::string& parameter);  // "<p>_grad.accumulation.out"
@@ -93,6 +112,31 @@ struct OptimizerSpec {
   // T = step - 1, which makes it torch.optim.SGD exactly.
   bool onnx_standard_op = false;
   float onnx_norm_coefficient_post = 0.0f;  // Adam only
+  // scikit-learn's elastic-net penalty alpha * (l1_ratio * |w|_1 + (1 - l1_ratio) / 2 * |w|_2^2) on the
+  // `penalized` parameters (empty: every trainable one), as its SGD applies it (sklearn/linear_model/_sgd_fast.pyx):
+  // the L2 part is added to the gradient before the update (coupled L2; AdamW's weight_decay is the decoupled
+  // kind), the L1 part is applied after the update by the cumulative truncated gradient of Tsuruoka, Tsujii and
+  // Ananiadou (2009): with u the running sum of learning_rate * alpha * l1_ratio over the steps taken and q what L1
+  // has taken from a weight so far, a positive weight becomes max(0, w - (u + q)), a negative one
+  // min(0, w + (u - q)), and q grows by the change. With l1_ratio > 0 every trainable parameter gets the optimizer
+  // states kL1TotalState (u, repeated per element) and kL1AppliedState (q); the unpenalized ones pass them through.
+  // Composed from standard ONNX ops around the optimizer node; not with onnx_standard_op.
+  float penalty_alpha = 0.0f;
+  float penalty_l1_ratio = 0.0f;
+  std::vector<std::string> penalized;
+};
+
+inline constexpr const char* kL1TotalState = "l1_total";
+inline constexpr const char* kL1AppliedState = "l1_applied";
+
+// Artifacts without a loss: which outputs the caller sends gradients for and which inputs get gradients back.
+struct OutputGradientOptions {
+  // Forward outputs to differentiate; empty: every floating-point output.
+  std::vector<std::string> outputs;
+  // Forward inputs whose gradients the training model returns; empty: every floating-point input that a
+  // differentiated output depends on (unless no_input_gradients).
+  std::vector<std::string> inputs;
+  bool no_input_gradients = false;
 };
 
 struct ArtifactOptions {
@@ -101,6 +145,8 @@ struct ArtifactOptions {
   std::vector<std::string> requires_grad;
   std::vector<std::string> frozen_params;
   std::vector<LossTerm> loss;  // summed
+  // Set (with `loss` and `additional_output_names` empty): artifacts without a loss, as the contract above says.
+  std::optional<OutputGradientOptions> output_gradients;
   OptimizerSpec optimizer;
   // Forward-model values to expose as extra outputs of the training and eval models (after the loss).
   std::vector<std::string> additional_output_names;

@@ -13,6 +13,7 @@
 #include "engine/model/model_loader.h"
 #include "engine/model/tensor_proto.h"
 #include "engine/runtime/session.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace traind::engine {
@@ -624,6 +625,73 @@ TEST(OptimizerModelTest, NonFiniteGradientSkipsTheStep) {
       EXPECT_NE(values["a"].data<float>()[0], a_before) << "a finite step must update";
     }
   }
+}
+
+// scikit-learn's elastic-net penalty (sklearn/linear_model/_sgd_fast.pyx): per step, the L2 part scales w by
+// (1 - lr * alpha * (1 - l1_ratio)) together with the gradient step; then u += lr * alpha * l1_ratio and each weight
+// is truncated towards zero by the penalty it has not yet received (u + q for positive weights, u - q for negative
+// ones), q accumulating what was applied. Only the penalized parameter moves so; a skipped step changes nothing.
+TEST(OptimizerModelTest, ElasticNetPenaltyIsScikitLearns) {
+  OptimizerSpec spec;
+  spec.kind = OptimizerKind::kSgd;
+  spec.weight_decay = 0.0f;
+  spec.penalty_alpha = 0.5f;
+  spec.penalty_l1_ratio = 0.25f;
+  spec.penalized = {"a"};
+  auto artifacts = ElementwiseArtifacts({"a", "b"}, {{4}, {2}}, spec);
+  ASSERT_TRUE(artifacts.ok()) << artifacts.status();
+  auto session = Session::Create(artifacts->optimizer_model);
+  ASSERT_TRUE(session.ok()) << session.status();
+  std::vector<std::string> inputs;
+  for (const auto& input : session.value()->plan().inputs) inputs.push_back(input.name);
+  EXPECT_THAT(inputs, ::testing::ElementsAre(kLearningRateName, kStepName, "a", "a_grad", "a.l1_total",
+                                             "a.l1_applied", "b", "b_grad", "b.l1_total", "b.l1_applied"));
+  const float lr = 0.1f;
+  std::vector<double> w = {0.30, -0.02, 0.01, -0.5}, q(4, 0.0);
+  double u = 0;
+  std::map<std::string, Tensor> values;
+  values["a"] = *Tensor::FromVector<float>({4}, std::vector<float>{0.30f, -0.02f, 0.01f, -0.5f});
+  values["b"] = *Tensor::FromVector<float>({2}, std::vector<float>{0.30f, -0.02f});
+  for (const char* state : {"a.l1_total", "a.l1_applied", "b.l1_total", "b.l1_applied"}) {
+    values[state] = *Tensor::Allocate(DataType::kFloat32, {state[0] == 'a' ? 4 : 2});
+  }
+  const std::vector<std::vector<float>> gradients = {{0.2f, 0.1f, 0.05f, 0.05f}, {-0.1f, 0.4f, 0.2f, 0.0f}};
+  for (size_t step = 0; step < gradients.size(); ++step) {
+    values[kLearningRateName] = FloatScalar(lr);
+    values[kStepName] = StepScalar(static_cast<int64_t>(step) + 1);
+    values["a_grad"] = *Tensor::FromVector<float>({4}, gradients[step]);
+    values["b_grad"] = *Tensor::FromVector<float>({2}, std::vector<float>{0.5f, 0.5f});
+    RunOptimizerStep(**session, values, /*expect_skipped=*/false);
+    u += lr * 0.5 * 0.25;
+    for (size_t i = 0; i < w.size(); ++i) {
+      w[i] = w[i] * (1 - lr * 0.5 * 0.75) - lr * gradients[step][i];
+      const double z = w[i];
+      if (w[i] > 0) w[i] = std::max(0.0, w[i] - (u + q[i]));
+      else if (w[i] < 0) w[i] = std::min(0.0, w[i] + (u - q[i]));
+      q[i] += w[i] - z;
+      EXPECT_NEAR(values["a"].data<float>()[i], w[i], 1e-6) << "step " << step << " element " << i;
+      EXPECT_NEAR(values["a.l1_applied"].data<float>()[i], q[i], 1e-6);
+      EXPECT_NEAR(values["a.l1_total"].data<float>()[i], u, 1e-7);
+    }
+  }
+  // Truncation took weights to exactly zero (the point of L1), and b, unpenalized, took plain SGD steps.
+  EXPECT_EQ(values["a"].data<float>()[2], 0.0f);
+  EXPECT_FLOAT_EQ(values["b"].data<float>()[0], 0.30f - 2 * 0.1f * 0.5f);
+  EXPECT_EQ(values["b.l1_total"].data<float>()[0], 0.0f);
+  // A non-finite gradient: nothing moves, the L1 states included.
+  std::map<std::string, Tensor> before = values;
+  values["a_grad"] = *Tensor::FromVector<float>({4}, std::vector<float>{NAN, 0, 0, 0});
+  RunOptimizerStep(**session, values, /*expect_skipped=*/true);
+  for (const char* name : {"a", "a.l1_total", "a.l1_applied"}) {
+    EXPECT_EQ(MaxAbsDifference(values[name], before[name]), 0.0) << name;
+  }
+  // Options are checked.
+  OptimizerSpec bad = spec;
+  bad.penalized = {"nope"};
+  EXPECT_EQ(ElementwiseArtifacts({"a", "b"}, {{4}, {2}}, bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = spec;
+  bad.penalty_l1_ratio = 1.5f;
+  EXPECT_EQ(ElementwiseArtifacts({"a", "b"}, {{4}, {2}}, bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // ONNX's own optimizer test data (ai.onnx.preview.training, onnx 1.12): optimizer models built with

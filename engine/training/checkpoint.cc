@@ -40,9 +40,74 @@ constexpr uint32_t kMaxRank = 64;
 // ---------------------------------------------------------------------------------------------------------
 // Writing
 
+// Where serialized bytes go: a string (SerializeCheckpoint), nowhere but a count (the payload length, needed before
+// the digest can start), or a file with the digest computed on the way (SaveCheckpoint).
+class ByteSink {
+ public:
+  virtual ~ByteSink() = default;
+  virtual void Append(const char* data, size_t size) = 0;
+};
+
+class StringSink : public ByteSink {
+ public:
+  void Append(const char* data, size_t size) override { out_.append(data, size); }
+  std::string& bytes() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+class CountingSink : public ByteSink {
+ public:
+  void Append(const char*, size_t size) override { count_ += size; }
+  uint64_t count() const { return count_; }
+
+ private:
+  uint64_t count_ = 0;
+};
+
+// Buffers small writes; large ones (tensor data) go to the file directly. The first error sticks.
+class FileSink : public ByteSink {
+ public:
+  FileSink(AtomicFileWriter* file, Sha256* digest) : file_(file), digest_(digest) { buffer_.reserve(kBufferBytes); }
+  void Append(const char* data, size_t size) override {
+    if (!status_.ok()) return;
+    digest_->Update(absl::string_view(data, size));
+    if (buffer_.size() + size <= kBufferBytes) {
+      buffer_.append(data, size);
+      return;
+    }
+    Flush();
+    if (size < kBufferBytes) {
+      buffer_.append(data, size);
+    } else if (status_.ok()) {
+      status_ = file_->Append(absl::string_view(data, size));
+    }
+  }
+  absl::Status Finish() {
+    Flush();
+    return status_;
+  }
+
+ private:
+  static constexpr size_t kBufferBytes = size_t{1} << 20;
+  void Flush() {
+    if (status_.ok() && !buffer_.empty()) status_ = file_->Append(buffer_);
+    buffer_.clear();
+  }
+  AtomicFileWriter* file_;
+  Sha256* digest_;
+  std::string buffer_;
+  absl::Status status_;
+};
+
 class ByteWriter {
  public:
-  void U8(uint8_t value) { out_.push_back(static_cast<char>(value)); }
+  explicit ByteWriter(ByteSink& sink) : sink_(sink) {}
+  void U8(uint8_t value) {
+    const char byte = static_cast<char>(value);
+    sink_.Append(&byte, 1);
+  }
   void U32(uint32_t value) {
     for (int shift = 0; shift < 32; shift += 8) U8(static_cast<uint8_t>(value >> shift));
   }
@@ -58,13 +123,12 @@ class ByteWriter {
   }
   void String(absl::string_view value) {
     U32(static_cast<uint32_t>(value.size()));  // Lengths were validated against the limits before writing.
-    out_.append(value.data(), value.size());
+    sink_.Append(value.data(), value.size());
   }
-  void Bytes(const void* data, size_t size) { out_.append(static_cast<const char*>(data), size); }
-  std::string& bytes() { return out_; }
+  void Bytes(const void* data, size_t size) { sink_.Append(static_cast<const char*>(data), size); }
 
  private:
-  std::string out_;
+  ByteSink& sink_;
 };
 
 void WriteTensor(const Tensor& tensor, bool nominal, ByteWriter& writer) {
@@ -132,14 +196,102 @@ absl::Status ValidateTensor(const Tensor& tensor, bool allow_shape_only, absl::s
 // ---------------------------------------------------------------------------------------------------------
 // Reading
 
+// Where a payload is read from: bytes in memory, or a file read front to back (LoadCheckpoint), whose digest is
+// computed on the way. Callers check sizes against remaining() first.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  virtual uint64_t remaining() const = 0;
+  // The next `size` bytes (small values: numbers, names), valid until the next call.
+  virtual absl::Status Next(uint64_t size, absl::string_view* bytes) = 0;
+  // The next `size` bytes copied into `out` (tensor data).
+  virtual absl::Status CopyTo(void* out, uint64_t size) = 0;
+};
+
+class MemorySource : public ByteSource {
+ public:
+  explicit MemorySource(absl::string_view bytes) : rest_(bytes) {}
+  uint64_t remaining() const override { return rest_.size(); }
+  absl::Status Next(uint64_t size, absl::string_view* bytes) override {
+    *bytes = rest_.substr(0, static_cast<size_t>(size));
+    rest_.remove_prefix(static_cast<size_t>(size));
+    return absl::OkStatus();
+  }
+  absl::Status CopyTo(void* out, uint64_t size) override {
+    if (size > 0) std::memcpy(out, rest_.data(), static_cast<size_t>(size));
+    rest_.remove_prefix(static_cast<size_t>(size));
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::string_view rest_;
+};
+
+// `length` bytes of a file from its current position, fed to `digests` as they are read; tensor data goes straight
+// into the tensors' buffers (one copy of the checkpoint in memory, never two).
+class FileSource : public ByteSource {
+ public:
+  FileSource(FileReader* file, uint64_t length, std::vector<Sha256*> digests)
+      : file_(file), left_(length), digests_(std::move(digests)) {}
+  uint64_t remaining() const override { return left_ + (buffer_.size() - position_); }
+  absl::Status Next(uint64_t size, absl::string_view* bytes) override {
+    if (buffer_.size() - position_ < size) TRAIND_RETURN_IF_ERROR(Fill(static_cast<size_t>(size)));
+    *bytes = absl::string_view(buffer_).substr(position_, static_cast<size_t>(size));
+    position_ += static_cast<size_t>(size);
+    return absl::OkStatus();
+  }
+  absl::Status CopyTo(void* out, uint64_t size) override {
+    char* target = static_cast<char*>(out);
+    const size_t buffered = std::min<size_t>(buffer_.size() - position_, static_cast<size_t>(size));
+    if (buffered > 0) std::memcpy(target, buffer_.data() + position_, buffered);
+    position_ += buffered;
+    const uint64_t rest = size - buffered;
+    if (rest == 0) return absl::OkStatus();
+    TRAIND_RETURN_IF_ERROR(ReadHashed(target + buffered, static_cast<size_t>(rest)));
+    return absl::OkStatus();
+  }
+  // Reads (and digests) whatever is left: a payload that fails to parse is still told damaged from malformed.
+  absl::Status Drain() {
+    position_ = buffer_.size();
+    std::string scratch(std::min<uint64_t>(left_, kBufferBytes), '\0');
+    while (left_ > 0) {
+      const size_t piece = static_cast<size_t>(std::min<uint64_t>(left_, scratch.size()));
+      TRAIND_RETURN_IF_ERROR(ReadHashed(scratch.data(), piece));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr size_t kBufferBytes = size_t{4} << 20;
+  absl::Status ReadHashed(char* out, size_t size) {
+    TRAIND_RETURN_IF_ERROR(file_->Read(out, size));
+    for (Sha256* digest : digests_) digest->Update(absl::string_view(out, size));
+    left_ -= size;
+    return absl::OkStatus();
+  }
+  // Makes at least `size` unread bytes available in the buffer.
+  absl::Status Fill(size_t size) {
+    buffer_.erase(0, position_);
+    position_ = 0;
+    const size_t have = buffer_.size();
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(std::max(size, kBufferBytes) - have, left_));
+    buffer_.resize(have + want);
+    return ReadHashed(buffer_.data() + have, want);
+  }
+  FileReader* file_;
+  uint64_t left_;
+  std::vector<Sha256*> digests_;
+  std::string buffer_;
+  size_t position_ = 0;
+};
+
 // A cursor over untrusted bytes. Every read checks the remaining length first; errors name what was being
-// read. Only used on a payload whose digest has been verified, so a failure here means a malformed (not a
-// damaged) checkpoint.
+// read. A failure here means a malformed checkpoint unless its digest turns out wrong (then it is damaged).
 class ByteReader {
  public:
-  explicit ByteReader(absl::string_view bytes) : rest_(bytes) {}
+  explicit ByteReader(ByteSource& source) : source_(source) {}
 
-  size_t remaining() const { return rest_.size(); }
+  size_t remaining() const { return source_.remaining(); }
 
   absl::Status U8(uint8_t* value, absl::string_view what) {
     absl::string_view bytes;
@@ -202,24 +354,32 @@ class ByteReader {
   absl::Status Count(size_t min_entry_bytes, uint64_t* count, absl::string_view what) {
     TRAIND_RETURN_IF_ERROR(U64(count, what));
     if (*count > kMaxEntries) return Malformed(absl::StrCat(what, " is ", *count, ", more than ", kMaxEntries));
-    if (*count > rest_.size() / min_entry_bytes) {
-      return Malformed(absl::StrCat(what, " is ", *count, " but only ", rest_.size(), " bytes remain"));
+    if (*count > remaining() / min_entry_bytes) {
+      return Malformed(absl::StrCat(what, " is ", *count, " but only ", remaining(), " bytes remain"));
     }
     return absl::OkStatus();
   }
+  // Small values (bounded by the name and string limits).
   absl::Status Take(uint64_t size, absl::string_view what, absl::string_view* bytes) {
-    if (size > rest_.size()) {
-      return Malformed(absl::StrCat(what, " needs ", size, " bytes but only ", rest_.size(), " remain"));
+    TRAIND_RETURN_IF_ERROR(CheckRemaining(size, what));
+    return source_.Next(size, bytes);
+  }
+  // Tensor data, straight into `out`.
+  absl::Status CopyTo(void* out, uint64_t size, absl::string_view what) {
+    TRAIND_RETURN_IF_ERROR(CheckRemaining(size, what));
+    return source_.CopyTo(out, size);
+  }
+  absl::Status CheckRemaining(uint64_t size, absl::string_view what) const {
+    if (size > remaining()) {
+      return Malformed(absl::StrCat(what, " needs ", size, " bytes but only ", remaining(), " remain"));
     }
-    *bytes = rest_.substr(0, static_cast<size_t>(size));
-    rest_.remove_prefix(static_cast<size_t>(size));
     return absl::OkStatus();
   }
 
   static absl::Status Malformed(absl::string_view message) { return absl::InvalidArgumentError(message); }
 
  private:
-  absl::string_view rest_;
+  ByteSource& source_;
 };
 
 // Smallest encodings, for ByteReader::Count.
@@ -249,19 +409,19 @@ absl::StatusOr<Tensor> ReadTensor(ByteReader& reader, bool nominal, const std::s
 
   // count <= 2^40 and element size <= 8, so the product cannot overflow.
   const uint64_t byte_size = static_cast<uint64_t>(*count) * ElementSize(*dtype);
-  absl::string_view bytes;
-  TRAIND_RETURN_IF_ERROR(reader.Take(byte_size, absl::StrCat(what, " data (", DataTypeName(*dtype),
-                                                             ShapeToString(shape), ")"),
-                                     &bytes));
+  const std::string data_what = absl::StrCat(what, " data (", DataTypeName(*dtype), ShapeToString(shape), ")");
+  // Checked before allocating: a hostile count never allocates more than the file holds.
+  TRAIND_RETURN_IF_ERROR(reader.CheckRemaining(byte_size, data_what));
+  TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer, Buffer::Allocate(static_cast<size_t>(byte_size)));
+  TRAIND_RETURN_IF_ERROR(reader.CopyTo(buffer->data(), byte_size, data_what));
   if (*dtype == DataType::kBool) {
-    for (char byte : bytes) {
-      if (static_cast<uint8_t>(byte) > 1) {
-        return ByteReader::Malformed(absl::StrCat(what, " is bool but holds the byte ", static_cast<int>(byte)));
+    const uint8_t* bytes = static_cast<const uint8_t*>(buffer->data());
+    for (uint64_t i = 0; i < byte_size; ++i) {
+      if (bytes[i] > 1) {
+        return ByteReader::Malformed(absl::StrCat(what, " is bool but holds the byte ", static_cast<int>(bytes[i])));
       }
     }
   }
-  TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer, Buffer::Allocate(bytes.size()));
-  if (!bytes.empty()) std::memcpy(buffer->data(), bytes.data(), bytes.size());
   return Tensor(*dtype, std::move(shape), std::move(buffer), *count);
 }
 
@@ -297,7 +457,7 @@ absl::Status ReadPropertyBag(ByteReader& reader, const std::string& what, Proper
   return absl::OkStatus();
 }
 
-absl::StatusOr<CheckpointState> ParsePayload(absl::string_view payload) {
+absl::StatusOr<CheckpointState> ParsePayload(ByteSource& payload) {
   ByteReader reader(payload);
   CheckpointState state;
   uint32_t flags = 0;
@@ -426,10 +586,10 @@ absl::Status ValidateCheckpointState(const CheckpointState& state, bool allow_sh
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> SerializeCheckpoint(const CheckpointState& state, const CheckpointSaveOptions& options) {
-  TRAIND_RETURN_IF_ERROR(ValidateCheckpointState(state, /*allow_shape_only=*/options.nominal));
+namespace {
+
+void WritePayload(const CheckpointState& state, const CheckpointSaveOptions& options, ByteWriter& payload) {
   const bool with_optimizer = options.include_optimizer_state && state.optimizer.has_value();
-  ByteWriter payload;
   payload.U32((options.nominal ? kFlagNominal : 0) | (with_optimizer ? kFlagOptimizer : 0));
   payload.U64(state.parameters.size());
   for (const Parameter& parameter : state.parameters) {
@@ -457,38 +617,38 @@ absl::StatusOr<std::string> SerializeCheckpoint(const CheckpointState& state, co
     WritePropertyBag(state.scheduler.values, payload);
   }
   WritePropertyBag(state.properties, payload);
+}
 
-  ByteWriter header;
+// Bytes [0, 24) of the header: magic, version, reserved, payload length.
+std::string DigestedHeader(uint64_t payload_length) {
+  StringSink sink;
+  ByteWriter header(sink);
   header.Bytes(kMagic, sizeof kMagic);
   header.U32(kFormatVersion);
   header.U32(0);
-  header.U64(payload.bytes().size());
-  Sha256 digest;
-  digest.Update(header.bytes());
-  digest.Update(payload.bytes());
-  std::string file = std::move(header.bytes());
-  file += digest.FinishHex();
-  file += payload.bytes();
-  return file;
+  header.U64(payload_length);
+  return std::move(sink.bytes());
 }
 
-absl::StatusOr<CheckpointState> ParseCheckpoint(absl::string_view bytes, absl::string_view source) {
+// The header checks shared by ParseCheckpoint and LoadCheckpoint: `header` holds the first
+// min(kHeaderBytes, total_bytes) bytes of a file of `total_bytes`.
+absl::StatusOr<uint64_t> CheckHeader(absl::string_view header, uint64_t total_bytes, absl::string_view source) {
   const absl::string_view magic(kMagic, sizeof kMagic);
-  if (bytes.substr(0, magic.size()) != magic.substr(0, std::min(bytes.size(), magic.size()))) {
+  if (header.substr(0, magic.size()) != magic.substr(0, std::min(header.size(), magic.size()))) {
     return absl::InvalidArgumentError(absl::StrCat(source, " is not a traind checkpoint (wrong magic bytes)"));
   }
-  if (bytes.size() < kHeaderBytes) {
-    return absl::DataLossError(absl::StrCat(source, " is damaged: truncated to ", bytes.size(),
+  if (total_bytes < kHeaderBytes) {
+    return absl::DataLossError(absl::StrCat(source, " is damaged: truncated to ", total_bytes,
                                             " bytes, shorter than the ", kHeaderBytes, "-byte header"));
   }
-  const uint32_t version = DecodeU32(bytes.substr(8, 4));
+  const uint32_t version = DecodeU32(header.substr(8, 4));
   if (version != kFormatVersion) {
     return absl::FailedPreconditionError(absl::StrCat(source, " has checkpoint format version ", version,
                                                       "; this build reads version ", kFormatVersion,
                                                       " (a newer traind wrote it, or the file is damaged)"));
   }
-  const uint64_t payload_length = DecodeU64(bytes.substr(16, 8));
-  const uint64_t payload_available = bytes.size() - kHeaderBytes;
+  const uint64_t payload_length = DecodeU64(header.substr(16, 8));
+  const uint64_t payload_available = total_bytes - kHeaderBytes;
   if (payload_length > payload_available) {
     return absl::DataLossError(absl::StrCat(source, " is damaged: truncated, the header promises ", payload_length,
                                             " payload bytes but only ", payload_available, " follow"));
@@ -497,10 +657,59 @@ absl::StatusOr<CheckpointState> ParseCheckpoint(absl::string_view bytes, absl::s
     return absl::DataLossError(absl::StrCat(source, " is damaged: ", payload_available - payload_length,
                                             " unexpected bytes after the ", payload_length, "-byte payload"));
   }
-  const absl::string_view payload = bytes.substr(kHeaderBytes);
+  return payload_length;
+}
+
+// After the payload was digested: the digest, then the reserved field, then the parse result decide.
+absl::StatusOr<CheckpointState> Verdict(absl::string_view header, Sha256& digest,
+                                        absl::StatusOr<CheckpointState> parsed, absl::string_view source) {
+  const std::string actual = digest.FinishHex();
+  const absl::string_view expected = header.substr(kDigestedHeaderBytes, kDigestHexBytes);
+  if (actual != expected) {
+    return absl::DataLossError(absl::StrCat(source, " is damaged: SHA-256 of the content is ", actual,
+                                            " but the header records ", absl::CHexEscape(expected)));
+  }
+  if (DecodeU32(header.substr(12, 4)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": reserved header field is not 0"));
+  }
+  if (!parsed.ok()) {
+    return absl::Status(parsed.status().code(), absl::StrCat(source, " is malformed: ", parsed.status().message()));
+  }
+  return parsed;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> SerializedCheckpointSize(const CheckpointState& state, const CheckpointSaveOptions& options) {
+  TRAIND_RETURN_IF_ERROR(ValidateCheckpointState(state, /*allow_shape_only=*/options.nominal));
+  CountingSink counter;
+  ByteWriter payload(counter);
+  WritePayload(state, options, payload);
+  return static_cast<int64_t>(kHeaderBytes + counter.count());
+}
+
+absl::StatusOr<std::string> SerializeCheckpoint(const CheckpointState& state, const CheckpointSaveOptions& options) {
+  TRAIND_RETURN_IF_ERROR(ValidateCheckpointState(state, /*allow_shape_only=*/options.nominal));
+  StringSink payload_bytes;
+  ByteWriter payload(payload_bytes);
+  WritePayload(state, options, payload);
+  std::string file = DigestedHeader(payload_bytes.bytes().size());
+  Sha256 digest;
+  digest.Update(file);
+  digest.Update(payload_bytes.bytes());
+  file += digest.FinishHex();
+  file += payload_bytes.bytes();
+  return file;
+}
+
+absl::StatusOr<CheckpointState> ParseCheckpoint(absl::string_view bytes, absl::string_view source) {
+  TRAIND_ASSIGN_OR_RETURN(const uint64_t payload_length,
+                          CheckHeader(bytes.substr(0, kHeaderBytes), bytes.size(), source));
+  const absl::string_view payload = bytes.substr(kHeaderBytes, payload_length);
   Sha256 digest;
   digest.Update(bytes.substr(0, kDigestedHeaderBytes));
   digest.Update(payload);
+  // The digest is checked first: a damaged file is never parsed.
   const std::string actual = digest.FinishHex();
   const absl::string_view expected = bytes.substr(kDigestedHeaderBytes, kDigestHexBytes);
   if (actual != expected) {
@@ -510,7 +719,8 @@ absl::StatusOr<CheckpointState> ParseCheckpoint(absl::string_view bytes, absl::s
   if (DecodeU32(bytes.substr(12, 4)) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": reserved header field is not 0"));
   }
-  absl::StatusOr<CheckpointState> state = ParsePayload(payload);
+  MemorySource source_bytes(payload);
+  absl::StatusOr<CheckpointState> state = ParsePayload(source_bytes);
   if (!state.ok()) {
     return absl::Status(state.status().code(), absl::StrCat(source, " is malformed: ", state.status().message()));
   }
@@ -519,13 +729,48 @@ absl::StatusOr<CheckpointState> ParseCheckpoint(absl::string_view bytes, absl::s
 
 absl::Status SaveCheckpoint(const std::string& path, const CheckpointState& state,
                             const CheckpointSaveOptions& options) {
-  TRAIND_ASSIGN_OR_RETURN(std::string bytes, SerializeCheckpoint(state, options));
-  return WriteFileAtomically(path, bytes);
+  // Streamed: the payload's length is counted first (its digest covers the header, which holds the length), then
+  // the payload goes to the file with its digest computed on the way, and the header is written last.
+  TRAIND_ASSIGN_OR_RETURN(const int64_t total_bytes, SerializedCheckpointSize(state, options));
+  const uint64_t payload_length = static_cast<uint64_t>(total_bytes) - kHeaderBytes;
+  TRAIND_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFileWriter> file, AtomicFileWriter::Create(path));
+  const std::string header = DigestedHeader(payload_length);
+  TRAIND_RETURN_IF_ERROR(file->Append(std::string(kHeaderBytes, '\0')));
+  Sha256 digest;
+  digest.Update(header);
+  FileSink sink(file.get(), &digest);
+  ByteWriter payload(sink);
+  WritePayload(state, options, payload);
+  TRAIND_RETURN_IF_ERROR(sink.Finish());
+  TRAIND_RETURN_IF_ERROR(file->WriteAt(0, header + digest.FinishHex()));
+  return file->Commit();
 }
 
-absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, int64_t max_bytes) {
-  TRAIND_ASSIGN_OR_RETURN(std::string bytes, ReadFileLimited(path, max_bytes));
-  return ParseCheckpoint(bytes, absl::StrCat("checkpoint '", path, "'"));
+absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path, int64_t max_bytes,
+                                               std::string* file_sha256_hex) {
+  const std::string source = absl::StrCat("checkpoint '", path, "'");
+  TRAIND_ASSIGN_OR_RETURN(std::unique_ptr<FileReader> file, FileReader::Open(path));
+  if (file->size() > max_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("'", path, "' has ", file->size(), " bytes, more than the limit of ", max_bytes));
+  }
+  std::string header(static_cast<size_t>(std::min<int64_t>(file->size(), kHeaderBytes)), '\0');
+  TRAIND_RETURN_IF_ERROR(file->Read(header.data(), header.size()));
+  TRAIND_ASSIGN_OR_RETURN(const uint64_t payload_length,
+                          CheckHeader(header, static_cast<uint64_t>(file->size()), source));
+  // Parsed while read (tensors straight into their buffers), digested on the way; the verdict waits for the digest.
+  Sha256 digest;
+  digest.Update(absl::string_view(header).substr(0, kDigestedHeaderBytes));
+  Sha256 file_digest;
+  file_digest.Update(header);
+  std::vector<Sha256*> digests = {&digest};
+  if (file_sha256_hex != nullptr) digests.push_back(&file_digest);
+  FileSource payload(file.get(), payload_length, digests);
+  absl::StatusOr<CheckpointState> parsed = ParsePayload(payload);
+  TRAIND_RETURN_IF_ERROR(payload.Drain());
+  absl::StatusOr<CheckpointState> state = Verdict(header, digest, std::move(parsed), source);
+  if (state.ok() && file_sha256_hex != nullptr) *file_sha256_hex = file_digest.FinishHex();
+  return state;
 }
 
 int64_t GetParametersSize(const CheckpointState& state, bool trainable_only) {

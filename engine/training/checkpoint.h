@@ -117,7 +117,7 @@ struct CheckpointSaveOptions {
   bool nominal = false;
 };
 
-// Largest checkpoint file LoadCheckpoint reads by default (the whole file is held in memory).
+// Largest checkpoint file LoadCheckpoint reads by default.
 inline constexpr int64_t kDefaultMaxCheckpointBytes = int64_t{16} << 30;
 
 // Checks the invariants every saved or loaded state satisfies: unique non-empty names; storable dtypes;
@@ -129,16 +129,25 @@ absl::Status ValidateCheckpointState(const CheckpointState& state, bool allow_sh
 // (has shape-only tensors) and `options.nominal` is false.
 absl::StatusOr<std::string> SerializeCheckpoint(const CheckpointState& state,
                                                 const CheckpointSaveOptions& options = {});
+// The size of that file, without making it (to refuse what would not fit a message before building it).
+absl::StatusOr<int64_t> SerializedCheckpointSize(const CheckpointState& state,
+                                                 const CheckpointSaveOptions& options = {});
 // `source` names the bytes in error messages (a path, "upload 42").
 absl::StatusOr<CheckpointState> ParseCheckpoint(absl::string_view bytes,
                                                 absl::string_view source = "checkpoint");
 
-// Serializes, then writes with WriteFileAtomically: a crash at any moment leaves the previous file or the
-// complete new one. Nothing is written if serialization fails.
+// Streams the file (the same bytes as SerializeCheckpoint, never held in memory: tensor data goes from the
+// tensors to the file) into a temporary file published atomically: a crash at any moment leaves the previous file
+// or the complete new one. Nothing is written if the state is invalid.
 absl::Status SaveCheckpoint(const std::string& path, const CheckpointState& state,
                             const CheckpointSaveOptions& options = {});
+// Reads the file front to back once, tensor data straight into the tensors' buffers (memory: one copy of the
+// state), checking the digest on the way; the errors of ParseCheckpoint (a damaged file is DataLoss even when it
+// also fails to parse). `file_sha256_hex`, if given, gets the SHA-256 of the whole file (for stores that record
+// file digests), computed in the same pass.
 absl::StatusOr<CheckpointState> LoadCheckpoint(const std::string& path,
-                                               int64_t max_bytes = kDefaultMaxCheckpointBytes);
+                                               int64_t max_bytes = kDefaultMaxCheckpointBytes,
+                                               std::string* file_sha256_hex = nullptr);
 
 // ---- Helpers with ONNX Runtime Module semantics (used for fleet averaging) ----
 

@@ -430,6 +430,38 @@ TEST(CheckpointTest, ContiguousBufferErrorsChangeNothing) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// SaveCheckpoint streams and LoadCheckpoint reads in pieces, but the file is exactly SerializeCheckpoint's bytes,
+// and the bit flips ParseCheckpoint calls damaged are damaged when read from a file too (a flip that also makes
+// the payload malformed is still reported as damage: the digest decides first).
+TEST(CheckpointTest, StreamedSaveAndLoadMatchTheInMemoryFormat) {
+  const std::string dir = TestDir("streamed");
+  CheckpointState state = MakeState();
+  // A tensor larger than the writer's and reader's buffers, so that data goes straight to and from the file.
+  std::vector<float> big(3 << 20);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 977) * 0.5f;
+  state.parameters.push_back({"big", Floats({static_cast<int64_t>(big.size())}, big), Tensor(), false});
+  const std::string bytes = SerializeOrDie(state);
+  EXPECT_EQ(*SerializedCheckpointSize(state), static_cast<int64_t>(bytes.size()));
+  const std::string path = dir + "/ckpt";
+  ASSERT_TRUE(SaveCheckpoint(path, state).ok());
+  EXPECT_EQ(*ReadFileLimited(path, int64_t{1} << 30), bytes);
+  std::string file_digest;
+  absl::StatusOr<CheckpointState> loaded = LoadCheckpoint(path, kDefaultMaxCheckpointBytes, &file_digest);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(file_digest, Sha256Hex(bytes));
+  EXPECT_EQ(ValuesOf(loaded->parameters.back().data), big);
+  EXPECT_EQ(SerializeOrDie(*loaded), bytes);
+
+  for (size_t offset : {size_t{24}, kHeaderBytes, kHeaderBytes + 5, bytes.size() / 2, bytes.size() - 1}) {
+    std::string altered = bytes;
+    altered[offset] ^= 0x40;
+    ASSERT_TRUE(WriteFileAtomically(path, altered).ok());
+    absl::StatusOr<CheckpointState> damaged = LoadCheckpoint(path);
+    EXPECT_EQ(damaged.status().code(), absl::StatusCode::kDataLoss) << offset << ": " << damaged.status();
+    EXPECT_THAT(damaged.status().message(), HasSubstr("is damaged")) << offset;
+  }
+}
+
 TEST(CheckpointTest, OversizedFileIsRefusedBeforeReading) {
   const std::string path = TestDir("oversized") + "/ckpt";
   ASSERT_TRUE(SaveCheckpoint(path, MakeState()).ok());

@@ -165,5 +165,98 @@ TEST(LearningRateSchedulerTest, NegativeStepIsAnError) {
   EXPECT_EQ(scheduler->LearningRate(-1, 0.1f).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// scikit-learn's schedules, against its formulas (sklearn/linear_model/_sgd_fast.pyx, 1.2.1):
+//   invscaling: eta = eta0 / pow(t, power_t), t the 1-based count of examples seen;
+//   optimal:    eta = 1 / (alpha * (optimal_init + t - 1)), optimal_init = 1 / (alpha * alpha^(-1/4)).
+TEST(SklearnSchedulesTest, InverseScalingAndOptimalFollowScikitLearnsFormulas) {
+  absl::StatusOr<LearningRateScheduler> per_example = LearningRateScheduler::InverseScaling(0.25f, 1.0f, 1.0f, 1);
+  ASSERT_TRUE(per_example.ok()) << per_example.status();
+  for (int64_t n : {0, 1, 7, 1000}) {
+    EXPECT_NEAR(*per_example->LearningRate(n, 0.01f), 0.01 / std::pow(double(n + 1), 0.25), 1e-9) << n;  // float
+  }
+  // Batches of 32 examples: t advances by 32 a step. MLP's per-epoch form: 100 examples in 4 steps an epoch.
+  absl::StatusOr<LearningRateScheduler> batches = LearningRateScheduler::InverseScaling(0.5f, 1.0f, 32.0f, 1);
+  EXPECT_NEAR(*batches->LearningRate(3, 0.1f), 0.1 / std::sqrt(1.0 + 96.0), 1e-8);
+  absl::StatusOr<LearningRateScheduler> epochs = LearningRateScheduler::InverseScaling(0.5f, 1.0f, 100.0f, 4);
+  EXPECT_NEAR(*epochs->LearningRate(3, 0.1f), 0.1, 1e-8);
+  EXPECT_NEAR(*epochs->LearningRate(4, 0.1f), 0.1 / std::sqrt(101.0), 1e-8);
+  EXPECT_NEAR(*epochs->LearningRate(9, 0.1f), 0.1 / std::sqrt(201.0), 1e-8);
+
+  absl::StatusOr<LearningRateScheduler> optimal = LearningRateScheduler::Optimal(1e-4f, 1.0f);
+  ASSERT_TRUE(optimal.ok()) << optimal.status();
+  const double alpha = static_cast<double>(1e-4f);
+  const double optimal_init = 1.0 / (alpha * std::sqrt(1.0 / std::sqrt(alpha)));
+  for (int64_t n : {0, 1, 99, 100000}) {
+    // The initial learning rate does not matter.
+    EXPECT_NEAR(*optimal->LearningRate(n, 123.0f), 1.0 / (alpha * (optimal_init + double(n))),
+                1e-6 / (alpha * (optimal_init + double(n))))
+        << n;
+  }
+  EXPECT_NEAR(*optimal->LearningRate(0, 0.0f), std::pow(alpha, -0.25), 1e-3);  // Bottou: eta0 = typw
+  EXPECT_EQ(*LearningRateScheduler::Constant()->LearningRate(12345, 0.5f), 0.5f);
+
+  // Round trip through the checkpoint's SchedulerState, and bad settings named.
+  absl::StatusOr<LearningRateScheduler> restored = LearningRateScheduler::FromState(epochs->ToState());
+  ASSERT_TRUE(restored.ok());
+  EXPECT_EQ(*restored->LearningRate(9, 0.1f), *epochs->LearningRate(9, 0.1f));
+  EXPECT_THAT(std::string(LearningRateScheduler::InverseScaling(0.5f, 0.0f, 1.0f, 1).status().message()),
+              HasSubstr("'offset' must be > 0"));
+  EXPECT_THAT(std::string(LearningRateScheduler::Optimal(0.0f, 1.0f).status().message()),
+              HasSubstr("'alpha' must be > 0"));
+  EXPECT_FALSE(optimal->takes_metric());
+  EXPECT_EQ(optimal->ObserveMetric(1.0, 1.0f).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// 'adaptive' as scikit-learn's SGD loop and MLP's _update_no_improvement_count drive it: a metric no better than
+// best - tol counts as a bad epoch; `patience` of them in a row divide the rate by 5 while it is above 1e-6, after
+// which the schedule stalls (where scikit-learn stops).
+TEST(SklearnSchedulesTest, AdaptiveDividesByFiveThenStalls) {
+  absl::StatusOr<LearningRateScheduler> adaptive = LearningRateScheduler::Adaptive(2, 0.1f, 0.2f, 1e-6f);
+  ASSERT_TRUE(adaptive.ok()) << adaptive.status();
+  ASSERT_TRUE(adaptive->takes_metric());
+  float lr = *adaptive->LearningRate(0, 0.5f);
+  EXPECT_EQ(lr, 0.5f);
+  struct Expected {
+    double metric;
+    int64_t bad;
+    bool reduced;
+    double multiplier;
+  };
+  const std::vector<Expected> epochs = {
+      {1.0, 0, false, 1.0},   // the first metric is the best so far
+      {0.95, 1, false, 1.0},  // better, but not by more than tol
+      {0.5, 0, false, 1.0},   // improves by more than tol
+      {0.45, 1, false, 1.0},
+      {0.47, 0, true, 0.2},   // the second bad epoch: divided by 5, the count starts again
+      {0.46, 1, false, 0.2},
+      {0.44, 0, true, 0.04},
+  };
+  for (const Expected& epoch : epochs) {
+    absl::StatusOr<PlateauOutcome> outcome = adaptive->ObserveMetric(epoch.metric, lr);
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    EXPECT_EQ(outcome->bad_evaluations, epoch.bad) << epoch.metric;
+    EXPECT_EQ(outcome->reduced, epoch.reduced) << epoch.metric;
+    EXPECT_FALSE(outcome->stalled);
+    lr = *adaptive->LearningRate(0, 0.5f);
+    EXPECT_NEAR(lr, 0.5 * epoch.multiplier, 1e-7) << epoch.metric;
+  }
+  // The progress survives a checkpoint.
+  absl::StatusOr<LearningRateScheduler> restored = LearningRateScheduler::FromState(adaptive->ToState());
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(*restored->LearningRate(7, 0.5f), lr);
+  // At the floor: no more reductions, the schedule stalls.
+  absl::StatusOr<LearningRateScheduler> floor = LearningRateScheduler::Adaptive(1, 0.0f, 0.2f, 1e-6f);
+  ASSERT_TRUE(floor->ObserveMetric(1.0, 1e-6f).ok());
+  absl::StatusOr<PlateauOutcome> stalled = floor->ObserveMetric(1.1, 1e-6f);
+  ASSERT_TRUE(stalled.ok());
+  EXPECT_TRUE(stalled->stalled);
+  EXPECT_FALSE(stalled->reduced);
+  EXPECT_EQ(floor->ObserveMetric(std::nan(""), 1.0f).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(LearningRateScheduler::Adaptive(0, 0.1f, 0.2f, 0.0f).status().message()),
+              HasSubstr("'patience' must be >= 1"));
+  EXPECT_THAT(std::string(LearningRateScheduler::Adaptive(1, 0.1f, 1.0f, 0.0f).status().message()),
+              HasSubstr("'factor' must lie in (0, 1)"));
+}
+
 }  // namespace
 }  // namespace traind::engine

@@ -1,5 +1,7 @@
 #include "engine/training/module.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -19,9 +21,11 @@
 #include "engine/core/status_macros.h"
 #include "engine/gpu/gpu_executor.h"
 #include "engine/io/file_util.h"
+#include "engine/model/external_tensor.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/tensor_proto.h"
 #include "engine/runtime/executor.h"
+#include "engine/training/forward_backward.h"
 #include "onnx/shape_inference/implementation.h"
 
 namespace traind::engine {
@@ -91,6 +95,28 @@ absl::StatusOr<double> ScalarValue(const Tensor& tensor, const std::string& name
     default:
       return absl::InternalError(absl::StrCat("'", name, "' is ", tensor.DebugString(), ", not float or double"));
   }
+}
+
+// Every value's declared or inferred type.
+absl::StatusOr<absl::flat_hash_map<std::string, onnx::TypeProto>> ValueTypes(const onnx::ModelProto& model) {
+  absl::flat_hash_map<std::string, onnx::TypeProto> types;
+  onnx::ModelProto inferred = model;
+  try {
+    onnx::shape_inference::InferShapes(inferred);
+  } catch (const std::exception& error) {
+    return absl::InternalError(absl::StrCat("shape inference failed on the eval model: ", error.what()));
+  }
+  for (const auto* infos : {&inferred.graph().input(), &inferred.graph().value_info(), &inferred.graph().output()}) {
+    for (const auto& info : *infos) {
+      if (info.has_type()) types[info.name()] = info.type();
+    }
+  }
+  return types;
+}
+
+absl::Status NoLossTrainingError() {
+  return absl::FailedPreconditionError(
+      "these artifacts have no loss: train with Forward and Backward (or generate artifacts with a loss)");
 }
 
 bool AllFinite(const Tensor& tensor) {
@@ -186,8 +212,11 @@ absl::Status Module::Initialize(const onnx::ModelProto& training_model, const on
     parameter_names_.push_back(parameter.name);
     if (parameter.requires_grad) trainable_names_.push_back(parameter.name);
   }
-  TRAIND_RETURN_IF_ERROR(CompileModel(training_model, /*training=*/true, train_));
-  if (eval_model != nullptr) TRAIND_RETURN_IF_ERROR(CompileModel(*eval_model, /*training=*/false, eval_));
+  for (const auto& entry : training_model.metadata_props()) no_loss_ |= entry.key() == kDifferentiatedOutputsMetadata;
+  TRAIND_RETURN_IF_ERROR(CompileModel(training_model, Role::kTrain, train_));
+  if (eval_model != nullptr) TRAIND_RETURN_IF_ERROR(CompileModel(*eval_model, Role::kEval, eval_));
+  forward_outputs_ = DefaultInferenceOutputs();
+  if (no_loss_) TRAIND_RETURN_IF_ERROR(InitializeForwardBackward(training_model));
   if (gpu_stream_ != nullptr) {
     // The parameters go to the device now, once: a model that does not fit fails here, not at its first step.
     for (Parameter& parameter : state_->parameters) {
@@ -197,8 +226,17 @@ absl::Status Module::Initialize(const onnx::ModelProto& training_model, const on
   return absl::OkStatus();
 }
 
-absl::Status Module::CompileModel(onnx::ModelProto model, bool training, CompiledModel& compiled) {
-  const char* const what = training ? "training" : "eval";
+absl::Status Module::CompileModel(onnx::ModelProto model, Role role, CompiledModel& compiled) {
+  const char* const what = role == Role::kTrain          ? "training"
+                           : role == Role::kEval         ? "eval"
+                           : role == Role::kForwardPart  ? "training model's forward"
+                           : role == Role::kBackwardPart ? "training model's backward"
+                                                         : "inference";
+  // Which of the training model's parts this model has: gradient buffers, the reset flag and gradient outputs;
+  // running-statistic outputs; a loss first.
+  const bool training = role == Role::kTrain || role == Role::kBackwardPart;
+  const bool statistics = role == Role::kTrain || role == Role::kForwardPart;
+  const bool loss_first = (role == Role::kTrain || role == Role::kEval) && !no_loss_;
   TRAIND_ASSIGN_OR_RETURN(compiled.session, Session::Create(model, session_options()));
   compiled.model = std::move(model);
   const Plan& plan = compiled.session->plan();
@@ -276,16 +314,15 @@ absl::Status Module::CompileModel(onnx::ModelProto model, bool training, Compile
     compiled.class_targets.push_back(class_target);
   }
 
-  if (plan.outputs.empty() || plan.outputs[0].name != kLossName) {
+  if (loss_first && (plan.outputs.empty() || plan.outputs[0].name != kLossName)) {
     return absl::InvalidArgumentError(absl::StrCat("the ", what, " model's first output must be '", kLossName, "'"));
   }
   absl::flat_hash_map<std::string, int> gradient_output_index, statistic_output_index;
   for (size_t p = 0; p < state_->parameters.size(); ++p) {
     const Parameter& parameter = state_->parameters[p];
-    if (!training) continue;
-    if (parameter.requires_grad) {
+    if (training && parameter.requires_grad) {
       gradient_output_index[GradientAccumulationOutputName(parameter.name)] = static_cast<int>(p);
-    } else {
+    } else if (statistics && !parameter.requires_grad) {
       statistic_output_index[RunningStatisticOutputName(parameter.name)] = static_cast<int>(p);
     }
   }
@@ -295,12 +332,12 @@ absl::Status Module::CompileModel(onnx::ModelProto model, bool training, Compile
     if (auto it = gradient_output_index.find(output.name); it != gradient_output_index.end()) {
       TRAIND_RETURN_IF_ERROR(
           CheckDeclaredLike(output, state_->parameters[it->second].data, "the parameter it is the gradient of", what));
-      gradient_outputs_.emplace_back(static_cast<int>(o), it->second);
+      compiled.gradient_outputs.emplace_back(static_cast<int>(o), it->second);
       gradient_out[it->second] = true;
     } else if (auto it = statistic_output_index.find(output.name); it != statistic_output_index.end()) {
       TRAIND_RETURN_IF_ERROR(
           CheckDeclaredLike(output, state_->parameters[it->second].data, "the running statistic", what));
-      running_statistic_outputs_.emplace_back(static_cast<int>(o), it->second);
+      compiled.running_statistic_outputs.emplace_back(static_cast<int>(o), it->second);
     } else {
       compiled.user_outputs.push_back(output.name);
       compiled.user_output_indices.push_back(static_cast<int>(o));
@@ -362,7 +399,7 @@ absl::Status Module::CheckReplacement(const CheckpointState& candidate) const {
 }
 
 absl::StatusOr<std::vector<Tensor>> Module::Feeds(const CompiledModel& compiled, const NamedTensors& inputs,
-                                                  bool reset) const {
+                                                  bool reset, bool check_shapes) const {
   TRAIND_RETURN_IF_ERROR(CheckState());
   const Plan& plan = compiled.session->plan();
   // The caller's tensors by user-input index.
@@ -406,7 +443,7 @@ absl::StatusOr<std::vector<Tensor>> Module::Feeds(const CompiledModel& compiled,
     switch (feed.source) {
       case Feed::Source::kUser:
         // Checked here, not only by the executor, so that the message is about the caller's input.
-        TRAIND_RETURN_IF_ERROR(CheckInputMatchesDeclaration(plan.inputs[i], *user[feed.index]));
+        if (check_shapes) TRAIND_RETURN_IF_ERROR(CheckInputMatchesDeclaration(plan.inputs[i], *user[feed.index]));
         feeds[i] = *user[feed.index];
         break;
       case Feed::Source::kParameter:
@@ -454,19 +491,20 @@ NamedTensors Module::UserOutputs(const CompiledModel& compiled, std::vector<Tens
 }
 
 absl::StatusOr<NamedTensors> Module::TrainStep(const NamedTensors& inputs) {
+  if (no_loss_) return NoLossTrainingError();
   const bool reset = pending_reset_;
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> feeds, Feeds(train_, inputs, reset));
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, train_.session->Run(feeds));
   // What is read on the host comes back from a GPU here, where a failure can still be reported.
   TRAIND_RETURN_IF_ERROR(outputs[0].buffer()->SyncToHost());
-  for (const auto& [output, parameter] : running_statistic_outputs_) {
+  for (const auto& [output, parameter] : train_.running_statistic_outputs) {
     TRAIND_RETURN_IF_ERROR(outputs[output].buffer()->SyncToHost());
   }
   TRAIND_ASSIGN_OR_RETURN(const double loss, ScalarValue(outputs[0], kLossName));
   // A batch holding NaN does not always show in the loss (Relu maps NaN to 0 here), but it does in the batch
   // statistics BatchNormalization blends into its running ones.
   bool finite = std::isfinite(loss);
-  for (const auto& [output, parameter] : running_statistic_outputs_) finite = finite && AllFinite(outputs[output]);
+  for (const auto& [output, parameter] : train_.running_statistic_outputs) finite = finite && AllFinite(outputs[output]);
 
   // A gradient output may share its buffer with something that changes later: a fed tensor (a parameter the
   // optimizer updates in place, a caller's input) or a constant of the plan. Held in Parameter::grad across steps,
@@ -475,16 +513,16 @@ absl::StatusOr<NamedTensors> Module::TrainStep(const NamedTensors& inputs) {
   absl::flat_hash_set<const Buffer*> foreign;
   for (const Tensor& feed : feeds) foreign.insert(feed.buffer().get());
   for (const auto& [slot, constant] : train_.session->plan().constants) foreign.insert(constant.buffer().get());
-  for (const auto& [output, parameter] : gradient_outputs_) {
+  for (const auto& [output, parameter] : train_.gradient_outputs) {
     Tensor& gradient = outputs[output];
     if (foreign.contains(gradient.buffer().get())) {
       TRAIND_ASSIGN_OR_RETURN(gradient, DeepCopy(gradient));
     }
   }
   // Nothing fails from here on: the step is committed.
-  for (const auto& [output, parameter] : gradient_outputs_) state_->parameters[parameter].grad = outputs[output];
+  for (const auto& [output, parameter] : train_.gradient_outputs) state_->parameters[parameter].grad = outputs[output];
   if (finite) {
-    for (const auto& [output, parameter] : running_statistic_outputs_) {
+    for (const auto& [output, parameter] : train_.running_statistic_outputs) {
       TRAIND_RETURN_IF_ERROR(CopyInPlace(outputs[output], state_->parameters[parameter].data));
     }
   }
@@ -495,12 +533,20 @@ absl::StatusOr<NamedTensors> Module::TrainStep(const NamedTensors& inputs) {
 
 absl::StatusOr<NamedTensors> Module::EvalStep(const NamedTensors& inputs) const {
   if (!has_eval_model()) return absl::FailedPreconditionError("this Module has no eval model");
+  if (no_loss_) {
+    return absl::FailedPreconditionError("these artifacts have no loss to evaluate: run Forward (training=false)");
+  }
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> feeds, Feeds(eval_, inputs, /*reset=*/false));
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, eval_.session->Run(feeds));
   return UserOutputs(eval_, outputs);
 }
 
 void Module::LazyResetGrad() { pending_reset_ = true; }
+
+absl::Status Module::CheckTrainingInputs(const NamedTensors& inputs, bool check_shapes) const {
+  if (no_loss_) return NoLossTrainingError();
+  return Feeds(train_, inputs, /*reset=*/true, check_shapes).status();
+}
 
 absl::StatusOr<NamedTensors> Module::Run(const NamedTensors& inputs) {
   return training_mode_ ? TrainStep(inputs) : EvalStep(inputs);
@@ -528,8 +574,7 @@ absl::Status Module::CopyBufferToParameters(absl::Span<const float> buffer, bool
 
 absl::Status Module::ExportModelForInferencing(const std::string& path,
                                                const std::vector<std::string>& output_names) const {
-  TRAIND_ASSIGN_OR_RETURN(const std::string bytes, ExportInferenceModel(output_names));
-  return WriteFileAtomically(path, bytes);
+  return ExportModelForInferencing(path, output_names, InferenceExportOptions()).status();
 }
 
 std::vector<std::string> Module::DefaultInferenceOutputs() const {
@@ -545,6 +590,106 @@ std::vector<std::string> Module::DefaultInferenceOutputs() const {
 }
 
 absl::StatusOr<std::string> Module::ExportInferenceModel(const std::vector<std::string>& output_names) const {
+  TRAIND_ASSIGN_OR_RETURN(InferenceExport exported, ExportInference(output_names, InferenceExportOptions()));
+  return std::move(exported.model_bytes);
+}
+
+absl::StatusOr<InferenceExport> Module::ExportInference(const std::vector<std::string>& output_names,
+                                                        const InferenceExportOptions& options) const {
+  std::vector<const Parameter*> embedded;
+  TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto model, InferenceModel(output_names, &embedded));
+  const std::string& data_file = options.external_data_file;
+  if (!data_file.empty() && (data_file.find('/') != std::string::npos || data_file == "." || data_file == "..")) {
+    return absl::InvalidArgumentError(absl::StrCat("external data file '", data_file, "' is not a plain file name"));
+  }
+  InferenceExport exported;
+  exported.external_data = ExternalDataLayout(data_file);
+  onnx::GraphProto* graph = model.mutable_graph();
+  const int first = graph->initializer_size() - static_cast<int>(embedded.size());
+  // Which parameters go inline, counted before any is copied: protobuf cannot serialize 2 GiB.
+  int64_t inline_bytes = static_cast<int64_t>(model.ByteSizeLong());
+  std::vector<bool> external(embedded.size(), false);
+  for (size_t e = 0; e < embedded.size(); ++e) {
+    const int64_t bytes = static_cast<int64_t>(embedded[e]->data.byte_size());
+    external[e] = !data_file.empty() && bytes >= options.external_threshold_bytes;
+    if (!external[e]) inline_bytes += bytes;
+  }
+  if (inline_bytes >= kMaxInlineModelBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the inference model would have ", inline_bytes, " bytes inline, beyond protobuf's 2 GiB: export its "
+        "parameters to an external data file"));
+  }
+  // What is written must load: the graph (with the parameters as typed inputs, their data aside) is checked before
+  // any parameter is copied. A failure here is a bug of this function, reported before anything is written.
+  {
+    onnx::ModelProto check = model;
+    onnx::GraphProto* check_graph = check.mutable_graph();
+    check_graph->mutable_initializer()->DeleteSubrange(first, static_cast<int>(embedded.size()));
+    for (const Parameter* parameter : embedded) {
+      onnx::ValueInfoProto* input = check_graph->add_input();
+      input->set_name(parameter->name);
+      auto* type = input->mutable_type()->mutable_tensor_type();
+      type->set_elem_type(static_cast<int32_t>(parameter->data.dtype()));
+      for (int64_t dim : parameter->data.shape()) type->mutable_shape()->add_dim()->set_dim_value(dim);
+    }
+    absl::StatusOr<onnx::ModelProto> loaded = LoadModelFromBytes(check.SerializeAsString());
+    if (!loaded.ok()) {
+      return absl::InternalError(absl::StrCat("the exported model does not load: ", loaded.status().message()));
+    }
+  }
+  for (size_t e = 0; e < embedded.size(); ++e) {
+    onnx::TensorProto* initializer = graph->mutable_initializer(first + static_cast<int>(e));
+    if (external[e]) {
+      exported.external_data.Add(embedded[e]->data, *initializer);
+    } else {
+      *initializer = TensorToProto(embedded[e]->data, embedded[e]->name);
+    }
+  }
+  if (!model.SerializeToString(&exported.model_bytes)) {
+    return absl::InternalError("the inference model cannot be serialized");
+  }
+  return exported;
+}
+
+absl::StatusOr<ExportedFiles> Module::ExportModelForInferencing(const std::string& path,
+                                                                const std::vector<std::string>& output_names,
+                                                                const InferenceExportOptions& options) const {
+  const size_t slash = path.find_last_of('/');
+  const std::string directory = slash == std::string::npos ? "." : path.substr(0, slash);
+  if (!options.external_data_file.empty() &&
+      options.external_data_file == path.substr(slash == std::string::npos ? 0 : slash + 1)) {
+    return absl::InvalidArgumentError("the external data file must not be the model file itself");
+  }
+  TRAIND_ASSIGN_OR_RETURN(InferenceExport exported, ExportInference(output_names, options));
+  ExportedFiles files{path, static_cast<int64_t>(exported.model_bytes.size()), Sha256Hex(exported.model_bytes),
+                      "", 0, ""};
+  if (!exported.external_data.empty()) {
+    // The data file first: a model never references a file that is not there.
+    TRAIND_ASSIGN_OR_RETURN(files.external_data_sha256_hex,
+                            WriteExternalData(exported.external_data, directory, options.durable));
+    files.external_data_path = directory + "/" + exported.external_data.file_name();
+    files.external_data_bytes = exported.external_data.size_bytes();
+  }
+  absl::Status written = WriteFileAtomically(path, exported.model_bytes);
+  if (written.ok() && !exported.external_data.empty()) {
+    // References checked against the written data file (which stays in its file: nothing is read).
+    LoadOptions check;
+    check.map_external_data = true;
+    absl::StatusOr<onnx::ModelProto> loaded = LoadModelFromFile(path, check);
+    if (!loaded.ok()) {
+      written = absl::InternalError(absl::StrCat("the exported model does not load: ", loaded.status().message()));
+      ::unlink(path.c_str());
+    }
+  }
+  if (!written.ok()) {
+    if (!files.external_data_path.empty()) ::unlink(files.external_data_path.c_str());
+    return written;
+  }
+  return files;
+}
+
+absl::StatusOr<onnx::ModelProto> Module::InferenceModel(const std::vector<std::string>& output_names,
+                                                        std::vector<const Parameter*>* embedded) const {
   if (!has_eval_model()) return absl::FailedPreconditionError("this Module has no eval model to export");
   TRAIND_RETURN_IF_ERROR(CheckState());
   if (output_names.empty()) return absl::InvalidArgumentError("no output to export");
@@ -553,20 +698,7 @@ absl::StatusOr<std::string> Module::ExportInferenceModel(const std::vector<std::
   onnx::GraphProto* graph = model.mutable_graph();
 
   // Every value's type, for the new graph outputs.
-  absl::flat_hash_map<std::string, onnx::TypeProto> types;
-  {
-    onnx::ModelProto inferred = model;
-    try {
-      onnx::shape_inference::InferShapes(inferred);
-    } catch (const std::exception& error) {
-      return absl::InternalError(absl::StrCat("shape inference failed on the eval model: ", error.what()));
-    }
-    for (const auto* infos : {&inferred.graph().input(), &inferred.graph().value_info(), &inferred.graph().output()}) {
-      for (const auto& info : *infos) {
-        if (info.has_type()) types[info.name()] = info.type();
-      }
-    }
-  }
+  TRAIND_ASSIGN_OR_RETURN(const auto types, ValueTypes(model));
   absl::flat_hash_set<std::string> produced;
   for (const auto& node : graph->node()) produced.insert(node.output().begin(), node.output().end());
   for (const std::string& name : eval_.user_inputs) produced.insert(name);
@@ -638,14 +770,22 @@ absl::StatusOr<std::string> Module::ExportInferenceModel(const std::vector<std::
   for (const auto& initializer : graph->initializer()) {
     if (needed.contains(initializer.name())) *initializers.Add() = initializer;
   }
+  // Parameters come last, as shells (name, dtype, dims): the callers fill in their data, inline or external.
+  embedded->clear();
   for (const auto& input : graph->input()) {
     if (!needed.contains(input.name())) continue;
     auto parameter = parameters.find(input.name());
     if (parameter == parameters.end()) {
       *inputs.Add() = input;
     } else {
-      *initializers.Add() = TensorToProto(parameter->second->data, parameter->second->name);
+      embedded->push_back(parameter->second);
     }
+  }
+  for (const Parameter* parameter : *embedded) {
+    onnx::TensorProto* shell = initializers.Add();
+    shell->set_name(parameter->name);
+    shell->set_data_type(static_cast<int32_t>(parameter->data.dtype()));
+    for (int64_t dim : parameter->data.shape()) shell->add_dims(dim);
   }
   graph->mutable_input()->Swap(&inputs);
   graph->mutable_initializer()->Swap(&initializers);
@@ -666,17 +806,269 @@ absl::StatusOr<std::string> Module::ExportInferenceModel(const std::vector<std::
     }
   }
   model.mutable_metadata_props()->Swap(&metadata);
+  return model;
+}
 
-  std::string bytes;
-  if (!model.SerializeToString(&bytes)) {
-    return absl::ResourceExhaustedError("the inference model cannot be serialized (over 2 GiB?)");
-  }
-  // What is written must load: a failure here is a bug of this function, reported before anything is written.
-  absl::StatusOr<onnx::ModelProto> check = LoadModelFromBytes(bytes);
-  if (!check.ok()) {
-    return absl::InternalError(absl::StrCat("the exported model does not load: ", check.status().message()));
-  }
+// -------------------------------------------------------------------------------------------------------------
+// Forward / Backward (artifacts without a loss) and inference
+
+int64_t ForwardPass::SavedBytes() const {
+  int64_t bytes = 0;
+  for (const Tensor& tensor : saved) bytes += static_cast<int64_t>(tensor.byte_size());
   return bytes;
+}
+
+absl::Status Module::InitializeForwardBackward(const onnx::ModelProto& training_model) {
+  for (const auto& entry : training_model.metadata_props()) {
+    if (entry.key() == kDifferentiatedOutputsMetadata) {
+      differentiated_outputs_ = absl::StrSplit(entry.value(), '\n', absl::SkipEmpty());
+    } else if (entry.key() == kInputGradientsMetadata) {
+      input_gradient_names_ = absl::StrSplit(entry.value(), '\n', absl::SkipEmpty());
+    }
+  }
+  TRAIND_ASSIGN_OR_RETURN(ForwardBackwardSplit split, SplitForwardBackward(training_model, parameter_names_));
+  TRAIND_RETURN_IF_ERROR(CompileModel(std::move(split.forward), Role::kForwardPart, forward_part_));
+  forward_inputs_ = forward_part_.user_inputs;
+  // The forward part's caller outputs: the forward model's outputs, then the computed saved values.
+  const size_t forward_count = forward_part_.user_outputs.size() - split.computed_saved.size();
+  forward_outputs_.assign(forward_part_.user_outputs.begin(), forward_part_.user_outputs.begin() + forward_count);
+  for (const std::string& name : split.saved) {
+    auto input = std::find(forward_inputs_.begin(), forward_inputs_.end(), name);
+    if (input != forward_inputs_.end()) {
+      saved_sources_.push_back(-1 - static_cast<int>(input - forward_inputs_.begin()));
+      continue;
+    }
+    auto output = std::find(forward_part_.user_outputs.begin(), forward_part_.user_outputs.end(), name);
+    if (output == forward_part_.user_outputs.end()) {
+      return absl::InternalError(absl::StrCat("the forward part does not return '", name, "'"));
+    }
+    saved_sources_.push_back(static_cast<int>(output - forward_part_.user_outputs.begin()));
+  }
+  saved_names_ = std::move(split.saved);
+  backward_part_model_ = std::move(split.backward);
+  // The usual variant (every input gradient) now, so that a model the backward part cannot run fails here.
+  return BackwardPart(std::vector<bool>(input_gradient_names_.size(), true)).status();
+}
+
+absl::StatusOr<const Module::CompiledModel*> Module::BackwardPart(const std::vector<bool>& wanted) {
+  if (auto it = backward_parts_.find(wanted); it != backward_parts_.end()) return it->second.get();
+  // Few variants in practice (which input gradients a caller wants rarely changes); a bounded cache all the same.
+  constexpr size_t kMaxVariants = 8;
+  if (backward_parts_.size() >= kMaxVariants) backward_parts_.erase(backward_parts_.begin());
+  std::vector<std::string> outputs;
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    if (wanted[i]) outputs.push_back(GradientName(input_gradient_names_[i]));
+  }
+  std::vector<std::string> inputs;
+  for (const auto& output : backward_part_model_.graph().output()) {
+    if (absl::EndsWith(output.name(), GradientAccumulationOutputName(""))) outputs.push_back(output.name());
+  }
+  for (const auto& input : backward_part_model_.graph().input()) inputs.push_back(input.name());
+  auto compiled = std::make_unique<CompiledModel>();
+  TRAIND_RETURN_IF_ERROR(
+      CompileModel(RestrictToOutputs(backward_part_model_, outputs, inputs), Role::kBackwardPart, *compiled));
+  return backward_parts_.emplace(wanted, std::move(compiled)).first->second.get();
+}
+
+absl::StatusOr<ForwardPass> Module::Forward(const NamedTensors& inputs) const {
+  if (!no_loss_) {
+    return absl::FailedPreconditionError(
+        "these artifacts have a loss: train with TrainStep (Forward with training needs artifacts generated without "
+        "a loss)");
+  }
+  TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> feeds, Feeds(forward_part_, inputs, /*reset=*/false));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, forward_part_.session->Run(feeds));
+  ForwardPass pass;
+  const std::vector<int>& indices = forward_part_.user_output_indices;
+  for (size_t o = 0; o < forward_outputs_.size(); ++o) {
+    pass.finite = pass.finite && AllFinite(outputs[indices[o]]);
+    pass.outputs.emplace_back(forward_outputs_[o], outputs[indices[o]]);
+  }
+  for (const auto& [output, parameter] : forward_part_.running_statistic_outputs) {
+    pass.finite = pass.finite && AllFinite(outputs[output]);
+    pass.running_statistics.push_back(outputs[output]);
+  }
+  // Feeds are in plan order; the caller's inputs among them by user-input index.
+  std::vector<const Tensor*> user(forward_inputs_.size(), nullptr);
+  for (size_t i = 0; i < forward_part_.feeds.size(); ++i) {
+    if (forward_part_.feeds[i].source == Feed::Source::kUser) user[forward_part_.feeds[i].index] = &feeds[i];
+  }
+  for (const int source : saved_sources_) {
+    pass.saved.push_back(source < 0 ? *user[-1 - source] : outputs[indices[source]]);
+  }
+  return pass;
+}
+
+absl::Status Module::ApplyRunningStatistics(const ForwardPass& pass) {
+  if (!pass.finite) return absl::OkStatus();
+  const auto& statistics = forward_part_.running_statistic_outputs;
+  for (size_t s = 0; s < statistics.size() && s < pass.running_statistics.size(); ++s) {
+    TRAIND_RETURN_IF_ERROR(CopyInPlace(pass.running_statistics[s], state_->parameters[statistics[s].second].data));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BackwardResult> Module::Backward(const ForwardPass& pass, const NamedTensors& output_gradients,
+                                                const std::vector<std::string>& input_gradients,
+                                                bool return_parameter_gradients) {
+  if (!no_loss_) return absl::FailedPreconditionError("these artifacts have a loss: train with TrainStep");
+  if (pass.saved.size() != saved_names_.size()) {
+    return absl::InvalidArgumentError("the forward pass does not come from this Module");
+  }
+  // The outputs' gradients: known, once each, exactly of the forward pass's output shapes; zeros where missing.
+  NamedTensors feeds_by_name;
+  feeds_by_name.reserve(saved_names_.size() + differentiated_outputs_.size());
+  for (size_t s = 0; s < saved_names_.size(); ++s) feeds_by_name.emplace_back(saved_names_[s], pass.saved[s]);
+  bool finite = pass.finite;
+  for (const std::string& output : differentiated_outputs_) {
+    const Tensor* forward_value = nullptr;
+    for (const auto& [name, tensor] : pass.outputs) {
+      if (name == output) forward_value = &tensor;
+    }
+    if (forward_value == nullptr) return absl::InternalError(absl::StrCat("the pass lacks output '", output, "'"));
+    const Tensor* given = nullptr;
+    for (const auto& [name, tensor] : output_gradients) {
+      if (name != output) continue;
+      if (given != nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("the gradient of output '", output, "' is given twice"));
+      }
+      given = &tensor;
+    }
+    if (given == nullptr) {
+      TRAIND_ASSIGN_OR_RETURN(Tensor zeros, Tensor::Allocate(forward_value->dtype(), forward_value->shape()));
+      feeds_by_name.emplace_back(GradientName(output), std::move(zeros));
+      continue;
+    }
+    if (given->dtype() != forward_value->dtype() || given->shape() != forward_value->shape()) {
+      return absl::InvalidArgumentError(absl::StrCat("the gradient of output '", output, "' is ", given->DebugString(),
+                                                     "; the output is ", DataTypeName(forward_value->dtype()), " ",
+                                                     ShapeToString(forward_value->shape())));
+    }
+    finite = finite && AllFinite(*given);
+    feeds_by_name.emplace_back(GradientName(output), *given);
+  }
+  for (const auto& [name, tensor] : output_gradients) {
+    if (std::find(differentiated_outputs_.begin(), differentiated_outputs_.end(), name) ==
+        differentiated_outputs_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not an output these artifacts differentiate (",
+                                                     absl::StrJoin(differentiated_outputs_, ", "), ")"));
+    }
+  }
+  std::vector<bool> wanted(input_gradient_names_.size(), false);
+  for (const std::string& name : input_gradients) {
+    auto it = std::find(input_gradient_names_.begin(), input_gradient_names_.end(), name);
+    if (it == input_gradient_names_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("no gradient of input '", name, "' (these artifacts give ",
+                                                     input_gradient_names_.empty()
+                                                         ? std::string("none")
+                                                         : absl::StrJoin(input_gradient_names_, ", "),
+                                                     ")"));
+    }
+    if (wanted[it - input_gradient_names_.begin()]) {
+      return absl::InvalidArgumentError(absl::StrCat("the gradient of input '", name, "' is asked for twice"));
+    }
+    wanted[it - input_gradient_names_.begin()] = true;
+  }
+  TRAIND_ASSIGN_OR_RETURN(const CompiledModel* backward, BackwardPart(wanted));
+  // Run with the reset flag set, so that the gradient outputs are this pass's own; they are accumulated below as
+  // AccumulateGradient does (buffer + gradient, the same float addition).
+  TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> feeds, Feeds(*backward, feeds_by_name, /*reset=*/true));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, backward->session->Run(feeds));
+
+  absl::flat_hash_set<const Buffer*> foreign;  // buffers, not host pointers (see TrainStep)
+  for (const Tensor& feed : feeds) foreign.insert(feed.buffer().get());
+  for (const auto& [slot, constant] : backward->session->plan().constants) foreign.insert(constant.buffer().get());
+  BackwardResult result;
+  std::vector<std::pair<int, Tensor>> accumulated;  // parameter index, new gradient
+  for (const auto& [output, parameter] : backward->gradient_outputs) {
+    Tensor gradient = outputs[output];
+    if (foreign.contains(gradient.buffer().get())) {
+      TRAIND_ASSIGN_OR_RETURN(gradient, DeepCopy(gradient));
+    }
+    const Parameter& held = state_->parameters[parameter];
+    Tensor total = gradient;
+    if (!pending_reset_ && held.has_grad()) {
+      if (gradient.dtype() != DataType::kFloat32 || held.grad.dtype() != DataType::kFloat32) {
+        return absl::UnimplementedError(absl::StrCat("gradients of '", held.name, "' accumulate in float32 only"));
+      }
+      TRAIND_ASSIGN_OR_RETURN(total, Tensor::Allocate(gradient.dtype(), gradient.shape()));
+      const float* a = held.grad.data<float>();
+      const float* b = gradient.data<float>();
+      float* sum = total.mutable_data<float>();
+      for (int64_t i = 0; i < total.num_elements(); ++i) sum[i] = a[i] + b[i];
+    }
+    if (return_parameter_gradients) {
+      TRAIND_ASSIGN_OR_RETURN(Tensor copy, DeepCopy(gradient));
+      result.parameter_gradients.emplace_back(held.name, std::move(copy));
+    }
+    accumulated.emplace_back(parameter, std::move(total));
+  }
+  NamedTensors returned = UserOutputs(*backward, outputs);
+  for (const std::string& name : input_gradients) {
+    for (auto& [output, tensor] : returned) {
+      if (output == GradientName(name)) result.input_gradients.emplace_back(name, tensor);
+    }
+  }
+  // Nothing fails from here on: the gradients are committed.
+  for (auto& [parameter, gradient] : accumulated) state_->parameters[parameter].grad = std::move(gradient);
+  accumulated_steps_finite_ = (pending_reset_ || accumulated_steps_finite_) && finite;
+  pending_reset_ = false;
+  return result;
+}
+
+absl::StatusOr<NamedTensors> Module::Infer(const NamedTensors& inputs, const std::vector<std::string>& requested) {
+  if (!has_eval_model()) return absl::FailedPreconditionError("this Module has no eval model to run inference with");
+  // Any value of the eval model but the loss may be an output (as ExportInferenceModel allows); by default the
+  // forward model's outputs that the eval model computes (with a loss, it keeps only what the loss and the
+  // additional outputs need).
+  auto produced_by = [](const onnx::ModelProto& model) {
+    absl::flat_hash_set<std::string> produced;
+    for (const auto& node : model.graph().node()) produced.insert(node.output().begin(), node.output().end());
+    return produced;
+  };
+  std::vector<std::string> outputs = requested;
+  if (outputs.empty()) {
+    const absl::flat_hash_set<std::string> produced = produced_by(eval_.model);
+    for (const std::string& name : forward_outputs_) {
+      if (produced.contains(name)) outputs.push_back(name);
+    }
+  }
+  if (outputs.empty()) return absl::InvalidArgumentError("no output to compute");
+  auto it = inference_models_.find(outputs);
+  if (it == inference_models_.end()) {
+    onnx::ModelProto model = eval_.model;
+    TRAIND_ASSIGN_OR_RETURN(const auto types, ValueTypes(model));
+    const absl::flat_hash_set<std::string> produced = produced_by(model);
+    std::set<std::string> seen;
+    model.mutable_graph()->clear_output();
+    for (const std::string& name : outputs) {
+      auto type = types.find(name);
+      if (name == kLossName || !produced.contains(name) || type == types.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("unknown output '", name, "'; the model's outputs are: ",
+                                                       absl::StrJoin(forward_outputs_, ", ")));
+      }
+      if (!seen.insert(name).second) return absl::InvalidArgumentError(absl::StrCat("output '", name, "' twice"));
+      onnx::ValueInfoProto* output = model.mutable_graph()->add_output();
+      output->set_name(name);
+      *output->mutable_type() = type->second;
+    }
+    constexpr size_t kMaxVariants = 8;
+    if (inference_models_.size() >= kMaxVariants) inference_models_.erase(inference_models_.begin());
+    auto compiled = std::make_unique<CompiledModel>();
+    onnx::ModelProto restricted = RestrictToOutputs(model, outputs, parameter_names_);
+    // The loss's targets are gone, and with them what the Module knew about them.
+    google::protobuf::RepeatedPtrField<onnx::StringStringEntryProto> metadata;
+    for (const auto& entry : restricted.metadata_props()) {
+      if (!absl::StartsWith(entry.key(), kClassTargetMetadataPrefix)) *metadata.Add() = entry;
+    }
+    restricted.mutable_metadata_props()->Swap(&metadata);
+    TRAIND_RETURN_IF_ERROR(CompileModel(std::move(restricted), Role::kInference, *compiled));
+    it = inference_models_.emplace(outputs, std::move(compiled)).first;
+  }
+  const CompiledModel& model = *it->second;
+  TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> feeds, Feeds(model, inputs, /*reset=*/false));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> results, model.session->Run(feeds));
+  return UserOutputs(model, results);
 }
 
 // -------------------------------------------------------------------------------------------------------------
@@ -735,6 +1127,7 @@ absl::Status Optimizer::Initialize(const onnx::ModelProto& optimizer_model, cons
   for (size_t p = 0; p < state.parameters.size(); ++p) checkpoint_index[state.parameters[p].name] = static_cast<int>(p);
   size_t i = 2;
   bool first = true;
+  std::vector<int> updated_inputs;  // parameters and states
   while (i < plan.inputs.size()) {
     const std::string& name = plan.inputs[i].name;
     auto it = checkpoint_index.find(name);
@@ -766,6 +1159,8 @@ absl::Status Optimizer::Initialize(const onnx::ModelProto& optimizer_model, cons
     }
     parameter_names_.push_back(name);
     parameter_indices_.push_back(it->second);
+    updated_inputs.push_back(static_cast<int>(i));
+    for (size_t k = i + 2; k < next; ++k) updated_inputs.push_back(static_cast<int>(k));
     i = next;
   }
   const std::vector<std::string>& trainable = module_->TrainableParameterNames();
@@ -791,6 +1186,10 @@ absl::Status Optimizer::Initialize(const onnx::ModelProto& optimizer_model, cons
   if (plan.outputs.back().dtype != DataType::kBool) {
     return input_error(absl::StrCat("'", kSkippedName, "' must be bool"));
   }
+  // In-place updates only when one node is the whole model (GenerateArtifacts' fused AdamW / SGD): that node checks
+  // everything before its first write, so a failed step changes nothing. A model of several nodes (ONNX's standard
+  // optimizer ops, or an uploaded model) could fail after a write; its results are copied back after the run.
+  if (plan.nodes.size() == 1) donated_inputs_ = std::move(updated_inputs);
   return EnsureState();
 }
 
@@ -883,6 +1282,12 @@ absl::StatusOr<OptimizerStepResult> Optimizer::Step() {
     return result;
   }
 
+  // The next learning rate, computed before anything is written so that a scheduler error changes nothing.
+  float next_learning_rate = group.learning_rate;
+  if (!state.scheduler.kind.empty()) {
+    TRAIND_ASSIGN_OR_RETURN(LearningRateScheduler scheduler, LearningRateScheduler::FromState(state.scheduler));
+    TRAIND_ASSIGN_OR_RETURN(next_learning_rate, scheduler.LearningRate(group.step + 1, group.initial_learning_rate));
+  }
   const Plan& plan = session_->plan();
   std::vector<Tensor> feeds;
   feeds.reserve(plan.inputs.size());
@@ -895,7 +1300,12 @@ absl::StatusOr<OptimizerStepResult> Optimizer::Step() {
     const std::map<std::string, Tensor>& states = state.optimizer->parameter_states.at(parameter.name);
     for (const std::string& name : state_names_) feeds.push_back(states.at(name));
   }
-  TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, session_->Run(feeds));
+  // Parameters and states are updated where they are: the model's fused node writes into them (donated_inputs_,
+  // see Initialize) after checking everything, so a failed run has changed nothing. Where the executor did not
+  // take a donation, the result is copied back below.
+  RunOptions run_options;
+  run_options.donated_inputs = donated_inputs_;
+  TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, session_->Run(feeds, run_options));
   const Tensor& skipped = outputs.back();
   TRAIND_RETURN_IF_ERROR(skipped.buffer()->SyncToHost());
   if (skipped.dtype() != DataType::kBool || skipped.num_elements() != 1) {
@@ -904,12 +1314,6 @@ absl::StatusOr<OptimizerStepResult> Optimizer::Step() {
   if (*skipped.data<uint8_t>() != 0) {
     result.skipped = true;
     return result;
-  }
-  // The next learning rate, computed before anything is written so that a scheduler error changes nothing.
-  float next_learning_rate = group.learning_rate;
-  if (!state.scheduler.kind.empty()) {
-    TRAIND_ASSIGN_OR_RETURN(LearningRateScheduler scheduler, LearningRateScheduler::FromState(state.scheduler));
-    TRAIND_ASSIGN_OR_RETURN(next_learning_rate, scheduler.LearningRate(group.step + 1, group.initial_learning_rate));
   }
   // Write in place: the Module's sessions read these buffers, and anyone holding a parameter sees the update.
   size_t o = 0;

@@ -28,6 +28,7 @@
 #define TRAIND_ENGINE_TRAINING_MODULE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/model/external_tensor.h"
 #include "engine/runtime/session.h"
 #include "engine/training/artifacts.h"
 #include "engine/training/checkpoint.h"
@@ -71,6 +73,53 @@ namespace gpu {
 class Stream;
 }  // namespace gpu
 
+// What Module::Forward keeps for the backward pass of artifacts without a loss (artifacts.h).
+struct ForwardPass {
+  NamedTensors outputs;                   // every output of the forward model, in its order
+  std::vector<Tensor> saved;              // what the backward part reads (ForwardBackwardSplit::saved order)
+  std::vector<Tensor> running_statistics;  // the BatchNormalization statistics PyTorch's train-mode forward leaves
+  bool finite = true;                     // every output and statistic is finite
+  // Bytes held by `saved` (caller inputs included: the pass keeps them alive).
+  int64_t SavedBytes() const;
+};
+
+// What Module::Backward returns.
+struct BackwardResult {
+  NamedTensors input_gradients;      // the requested ones, in request order
+  NamedTensors parameter_gradients;  // this pass's gradients of the trainable parameters (checkpoint order), when asked
+};
+
+// Where ExportModelForInferencing puts the parameters.
+struct InferenceExportOptions {
+  // Empty: every parameter inline in the model (which must then stay under protobuf's 2 GiB). Else a plain file
+  // name beside the model: parameters of at least `external_threshold_bytes` go there as ONNX external data
+  // (page-aligned, so that readers can map them), written straight from the parameters, never copied whole.
+  std::string external_data_file;
+  int64_t external_threshold_bytes = 1024;
+  // false: no fsync (an export that lives only while it is streamed to a client).
+  bool durable = true;
+};
+
+// What an export wrote: the model file and, with external data, the data file; sizes and SHA-256s.
+struct ExportedFiles {
+  std::string model_path;
+  int64_t model_bytes = 0;
+  std::string model_sha256_hex;
+  std::string external_data_path;  // empty without external data
+  int64_t external_data_bytes = 0;
+  std::string external_data_sha256_hex;
+};
+
+// An inference model in memory: its bytes and, with external data, the layout of its data file (the parameters
+// themselves, shared, not copied: they must not change while the layout is read).
+struct InferenceExport {
+  std::string model_bytes;
+  ExternalDataLayout external_data;  // empty without external data
+};
+
+// Protobuf's limit: a serialized model (inline data) must stay below it.
+inline constexpr int64_t kMaxInlineModelBytes = (int64_t{1} << 31) - 1;
+
 class Module {
  public:
   // `eval_model` may be null: EvalStep and ExportModelForInferencing then fail with FailedPrecondition.
@@ -102,6 +151,41 @@ class Module {
   absl::StatusOr<NamedTensors> TrainStep(const NamedTensors& inputs);
   // Forward only, BatchNormalization with running statistics and no Dropout; changes nothing.
   absl::StatusOr<NamedTensors> EvalStep(const NamedTensors& inputs) const;
+  // What TrainStep would refuse about `inputs` (names, class ids; with `check_shapes` the declared dtypes and
+  // shapes too), without running anything: for callers that cut one batch into several steps.
+  absl::Status CheckTrainingInputs(const NamedTensors& inputs, bool check_shapes) const;
+
+  // ---- Artifacts without a loss: the forward/backward style (artifacts.h, forward_backward.h) ----
+  // Whether the training model has a loss (TrainStep and EvalStep need one; Forward(training) and Backward need
+  // artifacts without one).
+  bool has_loss() const { return !no_loss_; }
+  // The forward model's inputs and outputs, the outputs Backward takes gradients of, and the inputs it can return
+  // gradients of (artifacts without a loss; empty otherwise but ForwardOutputNames, the eval model's outputs).
+  const std::vector<std::string>& ForwardInputNames() const { return forward_inputs_; }
+  const std::vector<std::string>& ForwardOutputNames() const { return forward_outputs_; }
+  const std::vector<std::string>& DifferentiatedOutputNames() const { return differentiated_outputs_; }
+  const std::vector<std::string>& InputGradientNames() const { return input_gradient_names_; }
+  // The training-mode forward pass (BatchNormalization with batch statistics, Dropout on), keeping what Backward
+  // needs. Changes nothing: ApplyRunningStatistics makes its side effect on the running statistics. Errors as
+  // TrainStep's; FailedPrecondition for artifacts with a loss.
+  absl::StatusOr<ForwardPass> Forward(const NamedTensors& inputs) const;
+  // Writes the pass's running statistics into their parameters, as PyTorch's train-mode forward does (unless a
+  // value of the pass is not finite). Fails only on the GPU executor (a device copy that cannot be made).
+  absl::Status ApplyRunningStatistics(const ForwardPass& pass);
+  // The backward pass of `pass`, which must come from this Module with the parameters unchanged since (the caller
+  // checks: Backward reads the parameters again). `output_gradients` holds the gradients of differentiated outputs
+  // (each exactly of its output's shape and dtype in `pass`; a missing one is zero). Returns the gradients of
+  // `input_gradients` (names from InputGradientNames()), and with `return_parameter_gradients` this pass's
+  // parameter gradients; accumulates the parameters' gradients exactly as TrainStep does (so Optimizer::Step and
+  // LazyResetGrad apply as usual). InvalidArgument for unknown, repeated or misshapen gradients and unknown input
+  // names; nothing changes on error.
+  absl::StatusOr<BackwardResult> Backward(const ForwardPass& pass, const NamedTensors& output_gradients,
+                                          const std::vector<std::string>& input_gradients,
+                                          bool return_parameter_gradients);
+  // Inference (model.eval() semantics): the eval model restricted to `outputs` (empty: DefaultInferenceOutputs()),
+  // so that only the inputs those outputs read are needed (no loss targets). Changes nothing but a cache of compiled
+  // variants. InvalidArgument for unknown outputs or inputs; FailedPrecondition without an eval model.
+  absl::StatusOr<NamedTensors> Infer(const NamedTensors& inputs, const std::vector<std::string>& outputs);
   // The next TrainStep overwrites the gradients instead of adding to them (ONNX Runtime's lazy reset: nothing is
   // zeroed now).
   void LazyResetGrad();
@@ -143,8 +227,19 @@ class Module {
   // passes LoadModelFromFile. InvalidArgument for an empty, repeated or unknown output name or the loss;
   // FailedPrecondition without an eval model or parameter data.
   absl::Status ExportModelForInferencing(const std::string& path, const std::vector<std::string>& output_names) const;
-  // The same model, serialized, instead of a file.
+  // The same, with the parameters in an external data file beside the model when `options` say so (models whose
+  // parameters exceed protobuf's 2 GiB). Both files are published atomically, the data file first; the model is
+  // checked to load (references only; the data stays in its file) before this returns.
+  absl::StatusOr<ExportedFiles> ExportModelForInferencing(const std::string& path,
+                                                          const std::vector<std::string>& output_names,
+                                                          const InferenceExportOptions& options) const;
+  // The same model, serialized, instead of a file. ResourceExhausted when it would reach 2 GiB (decided before
+  // any parameter is copied).
   absl::StatusOr<std::string> ExportInferenceModel(const std::vector<std::string>& output_names) const;
+  // The same in memory, with its external data file as a layout over the parameters (to stream it without writing
+  // it anywhere; the state must not change meanwhile).
+  absl::StatusOr<InferenceExport> ExportInference(const std::vector<std::string>& output_names,
+                                                  const InferenceExportOptions& options) const;
   // What an inference model exports when nobody names outputs: the forward model's outputs (recorded by
   // GenerateArtifacts), else the eval model's outputs but the loss. Empty without an eval model.
   std::vector<std::string> DefaultInferenceOutputs() const;
@@ -169,6 +264,8 @@ class Module {
     enum class Source { kUser, kParameter, kGradientBuffer, kLazyReset } source;
     int index = 0;  // user input or parameter index
   };
+  // What a compiled model is for: which inputs and outputs it has besides the caller's (see CompileModel).
+  enum class Role { kTrain, kEval, kForwardPart, kBackwardPart, kInference };
   // A user input holding class ids of a CrossEntropy loss (kClassTargetMetadataPrefix in loss.h).
   struct ClassTarget {
     int user_input = 0;
@@ -183,16 +280,28 @@ class Module {
     std::vector<std::string> user_inputs;
     std::vector<std::string> user_outputs;
     std::vector<int> user_output_indices;  // plan output index per user output
+    // Output index -> parameter index, for the accumulated gradients and running statistics.
+    std::vector<std::pair<int, int>> gradient_outputs;
+    std::vector<std::pair<int, int>> running_statistic_outputs;
   };
 
   Module(CheckpointState* state, const ModuleOptions& options);
   absl::Status Initialize(const onnx::ModelProto& training_model, const onnx::ModelProto* eval_model);
-  absl::Status CompileModel(onnx::ModelProto model, bool training, CompiledModel& compiled);
+  absl::Status CompileModel(onnx::ModelProto model, Role role, CompiledModel& compiled);
+  // Artifacts without a loss: reads the metadata, splits the training model and compiles its forward part.
+  absl::Status InitializeForwardBackward(const onnx::ModelProto& training_model);
+  // The backward part returning the input gradients flagged in `wanted` (InputGradientNames() order), compiled
+  // on first use.
+  absl::StatusOr<const CompiledModel*> BackwardPart(const std::vector<bool>& wanted);
   // The plan inputs of `compiled`, in order: the caller's (checked by name, dtype and shape), the parameters,
   // the gradient buffers and the reset flag.
   absl::StatusOr<std::vector<Tensor>> Feeds(const CompiledModel& compiled, const NamedTensors& inputs,
-                                            bool reset) const;
+                                            bool reset, bool check_shapes = true) const;
   static NamedTensors UserOutputs(const CompiledModel& compiled, std::vector<Tensor>& outputs);
+  // The inference model with the parameters it needs as its last initializers, without data (name, dtype, dims),
+  // in `embedded`'s order: the exports fill them in, inline or as external data.
+  absl::StatusOr<onnx::ModelProto> InferenceModel(const std::vector<std::string>& output_names,
+                                                  std::vector<const Parameter*>* embedded) const;
   static std::vector<GraphValue> UserInputs(const CompiledModel& compiled);
 
   CheckpointState* state_;
@@ -206,9 +315,18 @@ class Module {
   std::vector<std::string> trainable_names_;
   CompiledModel train_;
   CompiledModel eval_;
-  // Training-model output index -> parameter index, for the accumulated gradients and running statistics.
-  std::vector<std::pair<int, int>> gradient_outputs_;
-  std::vector<std::pair<int, int>> running_statistic_outputs_;
+  // Artifacts without a loss.
+  bool no_loss_ = false;
+  std::vector<std::string> forward_inputs_;
+  std::vector<std::string> forward_outputs_;
+  std::vector<std::string> differentiated_outputs_;
+  std::vector<std::string> input_gradient_names_;
+  CompiledModel forward_part_;
+  onnx::ModelProto backward_part_model_;
+  std::vector<std::string> saved_names_;     // ForwardBackwardSplit::saved
+  std::vector<int> saved_sources_;           // per saved value: forward-part output index, or -1 - caller input index
+  std::map<std::vector<bool>, std::unique_ptr<CompiledModel>> backward_parts_;  // by wanted input gradients
+  std::map<std::vector<std::string>, std::unique_ptr<CompiledModel>> inference_models_;  // by outputs
 };
 
 // What Optimizer::Step returns.
@@ -242,7 +360,9 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   // Applies the accumulated gradients (Parameter::grad) to the parameters, in place, then lets the scheduler (if
-  // any) set the learning rate for the next step (ONNX Runtime: scheduler.Step() after optimizer.Step()).
+  // any) set the learning rate for the next step (ONNX Runtime: scheduler.Step() after optimizer.Step()). The
+  // optimizer model's fused node writes parameters and moments where they are (donated inputs, executor.h): no
+  // fresh buffers, no copies back.
   // FailedPrecondition when a trainable parameter has no gradient (no TrainStep since creation).
   absl::StatusOr<OptimizerStepResult> Step();
 
@@ -253,6 +373,9 @@ class Optimizer {
   // What schedulers scale (ONNX Runtime's initial_lr).
   float GetInitialLearningRate() const;
   int64_t GetStep() const;
+
+  // The compiled optimizer model's session, for benchmarks and diagnostics (profiles, pool statistics).
+  const Session& session() const { return *session_; }
 
   // InvalidArgument unless `candidate`'s optimizer section (if any) holds exactly the state this optimizer keeps
   // for its parameters (names, dtypes, shapes). Parameters are Module::CheckReplacement's business.
@@ -282,6 +405,7 @@ class Optimizer {
   std::vector<std::string> state_names_;      // per parameter, e.g. momentum0, momentum1
   std::vector<std::string> parameter_names_;  // trainable parameters, model order
   std::vector<int> parameter_indices_;        // their checkpoint indices
+  std::vector<int> donated_inputs_;           // plan inputs updated in place (parameters, states), see Initialize
 };
 
 // Loads a checkpoint into a live Module (and its Optimizer, which may be null): `candidate` replaces

@@ -3,6 +3,7 @@
 // resume, non-finite skipping, parameter buffers, schedulers, export for inference, and input validation.
 #include "engine/training/module.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -16,7 +17,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/autodiff/gradient_builder.h"
+#include "engine/io/file_util.h"
 #include "engine/io/npy.h"
+#include "engine/model/external_tensor.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/tensor_proto.h"
 #include "gmock/gmock.h"
@@ -441,6 +444,42 @@ TEST(OptimizerTest, NonFiniteGradientSkipsTheStepAndChangesNothing) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_TRUE(result->skipped);
   ExpectSameState(trainer->state, before);
+}
+
+// The fused optimizer node updates the CheckpointState's tensors where they are: the optimizer session allocates
+// less than the largest parameter, and the tensors keep their buffers.
+TEST(OptimizerTest, StepsUpdateParametersAndMomentsInPlace) {
+  for (const OptimizerSpec& spec : {GoldenAdamW(), GoldenSgdNesterov()}) {
+    const Artifacts artifacts = MakeArtifacts(Case("mlp"), spec);
+    auto trainer = MakeTrainer(artifacts, 0.01f);
+    ASSERT_NE(trainer, nullptr);
+    const NamedTensors batch = ReadBatch("mlp");
+    TrainingIteration(*trainer, batch);
+    std::vector<const void*> buffers;
+    size_t largest = 0;
+    for (const Parameter& parameter : trainer->state.parameters) {
+      buffers.push_back(parameter.data.raw_data());
+      largest = std::max(largest, parameter.data.byte_size());
+      for (const auto& [name, tensor] : trainer->state.optimizer->parameter_states.at(parameter.name)) {
+        buffers.push_back(tensor.raw_data());
+      }
+    }
+    const CheckpointState before = Snapshot(trainer->state);
+    TrainingIteration(*trainer, batch);
+    const auto& pool = dynamic_cast<const CpuExecutor&>(trainer->optimizer->session().executor()).buffers();
+    EXPECT_LT(pool.peak_bytes_in_use(), largest) << "the optimizer model allocated fresh outputs";
+    size_t b = 0;
+    bool changed = false;
+    for (size_t p = 0; p < trainer->state.parameters.size(); ++p) {
+      const Parameter& parameter = trainer->state.parameters[p];
+      EXPECT_EQ(parameter.data.raw_data(), buffers[b++]);
+      changed = changed || !SameBytes(parameter.data, before.parameters[p].data);
+      for (const auto& [name, tensor] : trainer->state.optimizer->parameter_states.at(parameter.name)) {
+        EXPECT_EQ(tensor.raw_data(), buffers[b++]) << name;
+      }
+    }
+    EXPECT_TRUE(changed);
+  }
 }
 
 TEST(OptimizerTest, StepBeforeAnyTrainStepIsRefused) {
@@ -931,6 +970,62 @@ TEST(ModuleTest, ExportedInferenceModelEqualsTheEvalModel) {
   EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(unknown.message()), HasSubstr("no_such_value"));
   EXPECT_TRUE(LoadModelFromFile(path).ok());
+}
+
+// With an external data file: every parameter of at least the threshold goes there (page-aligned), the model file
+// holds references only, and the model, loaded with its data left in the file (or read in), gives the same logits.
+TEST(ModuleTest, ExportWithExternalDataGivesTheSameModel) {
+  const GoldenCase golden = Case("bn_dropout_eval");
+  const Artifacts artifacts = MakeArtifacts(golden, GoldenAdamW(), {"logits"});
+  auto trainer = MakeTrainer(artifacts, kGoldenAdamWLearningRate);
+  ASSERT_NE(trainer, nullptr);
+  const NamedTensors batch = ReadBatch(golden.name);
+  TrainingIteration(*trainer, batch);
+  auto eval = trainer->module->EvalStep(batch);
+  ASSERT_TRUE(eval.ok()) << eval.status();
+
+  const std::string dir = TestDir("export_external");
+  InferenceExportOptions options;
+  options.external_data_file = "inference.onnx.data";
+  options.external_threshold_bytes = 64;
+  auto files = trainer->module->ExportModelForInferencing(dir + "/inference.onnx", {"logits"}, options);
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(files->external_data_path, dir + "/inference.onnx.data");
+  EXPECT_EQ(files->model_sha256_hex, Sha256HexOfFile(dir + "/inference.onnx").value());
+  EXPECT_EQ(files->external_data_sha256_hex, Sha256HexOfFile(files->external_data_path).value());
+  auto inline_model = trainer->module->ExportInferenceModel({"logits"});
+  ASSERT_TRUE(inline_model.ok());
+  EXPECT_LT(files->model_bytes, static_cast<int64_t>(inline_model->size()));
+
+  int external = 0;
+  for (bool mapped : {true, false}) {
+    LoadOptions load;
+    load.map_external_data = mapped;
+    auto exported = LoadModelFromFile(dir + "/inference.onnx", load);
+    ASSERT_TRUE(exported.ok()) << exported.status();
+    for (const auto& initializer : exported->graph().initializer()) {
+      if (initializer.data_location() != onnx::TensorProto::EXTERNAL) continue;
+      ++external;
+      for (const auto& entry : initializer.external_data()) {
+        if (entry.key() == "offset") {
+          EXPECT_EQ(std::stoll(entry.value()) % kExternalDataAlignment, 0);
+        }
+      }
+    }
+    auto session = Session::Create(*exported);
+    ASSERT_TRUE(session.ok()) << session.status();
+    auto outputs = (*session)->Run(NamedTensors{{"input", batch[0].second}});
+    ASSERT_TRUE(outputs.ok()) << outputs.status();
+    ExpectClose(outputs->at(0).second, eval->at(1).second, 1e-6, "exported logits");
+  }
+  EXPECT_GT(external, 0);
+  // The data file may not be the model itself, nor leave the directory.
+  options.external_data_file = "inference.onnx";
+  EXPECT_EQ(trainer->module->ExportModelForInferencing(dir + "/inference.onnx", {"logits"}, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.external_data_file = "../x.data";
+  EXPECT_EQ(trainer->module->ExportModelForInferencing(dir + "/inference.onnx", {"logits"}, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // The exported model runs in an independent runtime too: onnxruntime-node, when bench/setup_peers.sh has

@@ -18,6 +18,10 @@ absl::Status CheckUpdate(const ParameterUpdate& update) {
     return absl::InvalidArgumentError(absl::StrCat("gradient ", update.gradient->DebugString(),
                                                    " does not match parameter ", update.data->DebugString()));
   }
+  // The updates write the parameter in place while reading the gradient (distinct tensors, see optimizer.h).
+  if (update.data->raw_data() == update.gradient->raw_data()) {
+    return absl::InvalidArgumentError("a gradient shares its parameter's buffer");
+  }
   return absl::OkStatus();
 }
 
@@ -31,6 +35,9 @@ absl::StatusOr<float*> State(const ParameterUpdate& update, const std::string& n
   }
   if (it->second.shape() != update.data->shape() || it->second.dtype() != DataType::kFloat32) {
     return absl::InvalidArgumentError(absl::StrCat("optimizer state '", name, "' does not match its parameter"));
+  }
+  if (it->second.raw_data() == update.data->raw_data() || it->second.raw_data() == update.gradient->raw_data()) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer state '", name, "' shares a buffer with its parameter"));
   }
   return it->second.mutable_data<float>();
 }
@@ -72,7 +79,7 @@ absl::Status AdamWStep(const AdamWOptions& options, int64_t step, std::vector<Pa
     absl::StatusOr<float*> v = State(update, "momentum1");
     if (!v.ok()) return v.status();
     float* p = update.data->mutable_data<float>();
-    AdamWUpdate(scalars, 1.0f, p, update.gradient->data<float>(), *m, *v, p, *m, *v, 0, update.data->num_elements());
+    AdamWUpdate(scalars, 1.0f, p, update.gradient->data<float>(), *m, *v, 0, update.data->num_elements());
   }
   return absl::OkStatus();
 }
@@ -92,8 +99,7 @@ absl::Status SgdStep(const SgdOptions& options, int64_t step, std::vector<Parame
       buffer = *state;
     }
     float* p = update.data->mutable_data<float>();
-    SgdUpdate(options, step == 1, 1.0f, p, update.gradient->data<float>(), buffer, p, buffer, 0,
-              update.data->num_elements());
+    SgdUpdate(options, step == 1, 1.0f, p, update.gradient->data<float>(), buffer, 0, update.data->num_elements());
   }
   return absl::OkStatus();
 }

@@ -27,7 +27,11 @@ void ExposeGradientOutputs(onnx::GraphProto* graph) {
 }  // namespace
 
 absl::StatusOr<TrainingGraph> BuildTrainingGraph(const onnx::ModelProto& forward, const TrainingGraphOptions& options) {
-  if (options.loss.empty()) return absl::InvalidArgumentError("no loss given");
+  const bool no_loss = options.loss.empty();
+  if (no_loss && options.differentiated_outputs.empty()) return absl::InvalidArgumentError("no loss given");
+  if (!no_loss && !options.differentiated_outputs.empty()) {
+    return absl::InvalidArgumentError("give a loss or outputs to differentiate, not both");
+  }
   onnx::ModelProto model = forward;
   onnx::GraphProto* graph = model.mutable_graph();
 
@@ -77,15 +81,34 @@ absl::StatusOr<TrainingGraph> BuildTrainingGraph(const onnx::ModelProto& forward
   graph->mutable_initializer()->Swap(&kept);
   ExposeGradientOutputs(graph);
 
-  // The loss: sum of weighted terms (engine/training/loss.h).
-  absl::StatusOr<AppendedLoss> loss = AppendLoss(&model, options.loss, result.loss);
-  if (!loss.ok()) return loss.status();
-  result.targets = loss->targets;
-  result.per_element_losses = loss->per_element_outputs;
-
   GradientGraphOptions gradient_options;
-  gradient_options.loss = result.loss;
   gradient_options.parameters = result.trainable;
+  if (no_loss) {
+    // The outputs' gradients are inputs, of their outputs' declared types.
+    result.loss.clear();
+    for (const std::string& output : options.differentiated_outputs) {
+      const onnx::ValueInfoProto* declared = nullptr;
+      for (const auto& candidate : graph->output()) {
+        if (candidate.name() == output) declared = &candidate;
+      }
+      if (declared == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("'", output, "' is not an output of the model"));
+      }
+      onnx::ValueInfoProto* gradient = graph->add_input();
+      *gradient = *declared;
+      gradient->set_name(GradientName(output));
+      gradient_options.output_gradients.emplace_back(output, GradientName(output));
+    }
+    gradient_options.parameters.insert(gradient_options.parameters.end(), options.differentiated_inputs.begin(),
+                                       options.differentiated_inputs.end());
+  } else {
+    // The loss: sum of weighted terms (engine/training/loss.h).
+    absl::StatusOr<AppendedLoss> loss = AppendLoss(&model, options.loss, result.loss);
+    if (!loss.ok()) return loss.status();
+    result.targets = loss->targets;
+    result.per_element_losses = loss->per_element_outputs;
+    gradient_options.loss = result.loss;
+  }
   absl::StatusOr<onnx::ModelProto> with_gradients = BuildGradientModel(model, gradient_options);
   if (!with_gradients.ok()) return with_gradients.status();
   result.model = std::move(*with_gradients);

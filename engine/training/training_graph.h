@@ -18,6 +18,11 @@ struct TrainingGraphOptions {
   std::vector<std::string> trainable;
   std::vector<std::string> frozen;
   std::vector<LossTerm> loss;  // sum of weight * term (engine/training/loss.h)
+  // Without a loss (`loss` empty): the model's outputs listed here are differentiated instead, their gradients
+  // coming in as new graph inputs GradientName(output) (vector-Jacobian products); and the graph inputs listed in
+  // `differentiated_inputs` get gradient outputs GradientName(input) beside the parameters'.
+  std::vector<std::string> differentiated_outputs;
+  std::vector<std::string> differentiated_inputs;
 };
 
 struct TrainingGraph {
@@ -25,7 +30,7 @@ struct TrainingGraph {
                            // per-element losses of reduction-none terms, forward outputs, then one gradient per
                            // trainable parameter (GradientName(p))
   std::vector<std::string> trainable;
-  std::string loss = "loss";
+  std::string loss = "loss";  // empty without a loss
   std::vector<std::string> targets;             // the loss's target inputs, in term order
   std::vector<std::string> per_element_losses;  // LossTerm::per_element_output of reduction-none terms
 };

@@ -27,7 +27,7 @@ _METHOD_TIMEOUTS = {
     "UploadBlob": 1800.0, "Download": 1800.0, "GenerateArtifacts": 1800.0, "CreateSession": 600.0,
     "TrainStep": 600.0, "OptimizerStep": 600.0, "Eval": 600.0, "LoadCheckpoint": 600.0, "SaveCheckpoint": 600.0,
     "GetParameters": 600.0, "SetParameters": 600.0, "ExportForInference": 600.0, "CloseSession": 600.0,
-    "TrainStream": 86400.0, "WatchJob": 86400.0,
+    "TrainStream": 86400.0, "WatchJob": 86400.0, "Forward": 600.0, "Backward": 600.0,
 }
 UPLOAD_CHUNK_BYTES = 1 << 20
 # Models up to this size travel inline in GenerateArtifacts; larger ones are uploaded once, by digest.
@@ -45,6 +45,25 @@ class TrainStepResult:
     learning_rate: float
     skipped: bool
     skip_reason: str
+    # With examples_per_step: every step's loss, and how many steps were skipped.
+    step_losses: List[float] = dataclasses.field(default_factory=list)
+    skipped_steps: int = 0
+
+
+@dataclasses.dataclass
+class ForwardResult:
+    """Forward's answer: the outputs by name and, for a training pass, the handle Backward takes."""
+    outputs: Dict[str, np.ndarray]
+    handle: str = ""
+    saved_bytes: int = 0
+
+
+@dataclasses.dataclass
+class BackwardResult:
+    """Backward's answer: the gradients of the inputs asked for and, when asked, this pass's gradients of the
+    trainable parameters, by name."""
+    input_gradients: Dict[str, np.ndarray]
+    parameter_gradients: Dict[str, np.ndarray]
 
 
 @dataclasses.dataclass
@@ -122,7 +141,8 @@ def properties_from_wire(properties):
 def _train_step_result(response):
     return TrainStepResult(loss=response.loss, outputs=_tensors.named_from_wire(response.outputs),
                            optimizer_step=response.optimizer_step, learning_rate=response.learning_rate,
-                           skipped=response.skipped, skip_reason=response.skip_reason)
+                           skipped=response.skipped, skip_reason=response.skip_reason,
+                           step_losses=list(response.step_losses), skipped_steps=response.skipped_steps)
 
 
 def _read_source(source):
@@ -227,24 +247,38 @@ class Client:
 
     # ---- artifacts ----
 
-    def model_source(self, model):
-        """A traind.v1.ModelSource for an onnx.ModelProto, bytes or a path: inline when small, else a blob."""
+    def model_source(self, model, *, external_data_dir=None):
+        """A traind.v1.ModelSource for an onnx.ModelProto, bytes or a path: inline when small, else a blob. A model
+        whose weights are ONNX external data (models beyond protobuf's 2 GiB) has each data file uploaded as a blob
+        of its own, by digest; the files are found beside a model given by path, else in `external_data_dir`."""
         if isinstance(model, pb.ModelSource):
             return model
+        if external_data_dir is None and isinstance(model, (str, os.PathLike)):
+            external_data_dir = os.path.dirname(os.fspath(model))
         data = _read_source(model)
+        source = pb.ModelSource()
+        locations = _external_data_locations(data)
+        if locations and external_data_dir is None:
+            raise ValueError("the model references external data files: give external_data_dir (or a path)")
+        for location in locations:
+            path = os.path.join(external_data_dir, location)
+            source.external_data[location] = self.ensure_blob(path, description=location)
         if len(data) <= INLINE_MODEL_BYTES:
-            return pb.ModelSource(onnx_bytes=data)
-        return pb.ModelSource(blob_id=self.ensure_blob(data, description="model"))
+            source.onnx_bytes = data
+        else:
+            source.blob_id = self.ensure_blob(data, description="model")
+        return source
 
     def generate_artifacts(self, model, *, requires_grad=(), frozen_params=(), loss=None, optimizer=None,
                            additional_output_names=(), prefix="", return_artifact_bytes=False,
-                           nominal_checkpoint=False, timeout=None):
+                           nominal_checkpoint=False, external_data_dir=None, timeout=None):
         """GenerateArtifacts. `loss` is a traind.v1.LossSpec (or its dict form, e.g. {"builtin": {"type":
         "CROSS_ENTROPY"}}), `optimizer` a traind.v1.OptimizerSpec (or dict). Returns
         traind.v1.GenerateArtifactsResponse; a model whose ops lack gradient rules raises FailedPreconditionError
-        whose .detail.coverage says which."""
+        whose .detail.coverage says which. External data files: see model_source."""
         request = pb.GenerateArtifactsRequest(
-            model=self.model_source(model), requires_grad=list(requires_grad), frozen_params=list(frozen_params),
+            model=self.model_source(model, external_data_dir=external_data_dir),
+            requires_grad=list(requires_grad), frozen_params=list(frozen_params),
             additional_output_names=list(additional_output_names), prefix=prefix,
             return_artifact_bytes=return_artifact_bytes, nominal_checkpoint=nominal_checkpoint)
         if loss is not None:
@@ -269,9 +303,40 @@ class Client:
         self._call("DeleteCheckpoint", pb.DeleteCheckpointRequest(name=name), timeout)
 
     def download(self, *, blob_id=None, artifact_id=None, kind=None, checkpoint_name=None, export=None,
-                 chunk_bytes=0, timeout=None):
-        """The bytes of something the daemon stores (one of: a blob, an artifact file, a named checkpoint, or an
-        export given as {"session_id": ..., "output_names": [...]}), checked against the streamed digest."""
+                 chunk_bytes=0, path=None, timeout=None):
+        """Something the daemon stores (one of: a blob, an artifact file, a named checkpoint, or an export given as
+        {"session_id": ..., "output_names": [...], "external_data_file": ...}), checked against the streamed digest.
+        Without `path`: its bytes (one file only). With `path`: written there in pieces, never held in memory (a
+        download of several files, an export with its external data file, puts the others beside it under their
+        names); nothing is published unless every file arrived intact. Returns the paths written, first first."""
+        request = self._download_request(blob_id, artifact_id, kind, checkpoint_name, export, chunk_bytes)
+        if path is not None:
+            return _download_files(self._stream("Download", request, timeout), os.fspath(path))
+        header, parts = None, []
+        for response in self._stream("Download", request, timeout):
+            if response.HasField("header"):
+                if header is not None:
+                    raise ValueError("this download holds several files: give `path`")
+                header = response.header
+            else:
+                parts.append(response.chunk)
+        content = b"".join(parts)
+        if header is None or len(content) != header.total_bytes or \
+                hashlib.sha256(content).hexdigest() != header.sha256_hex:
+            raise _errors.DataLossError(grpc.StatusCode.DATA_LOSS,
+                                        "the download does not match the size and SHA-256 its header announced",
+                                        method="Download")
+        return content
+
+    def export_model(self, session_id, path, output_names=(), *, external_data=False, timeout=None):
+        """Writes the session's inference model to `path` (streamed). `external_data`: the parameters go to
+        `<path>.data` beside it as ONNX external data (models beyond protobuf's 2 GiB). Returns the paths written."""
+        export = {"session_id": session_id, "output_names": list(output_names)}
+        if external_data:
+            export["external_data_file"] = os.path.basename(os.fspath(path)) + ".data"
+        return self.download(export=export, path=path, timeout=timeout)
+
+    def _download_request(self, blob_id, artifact_id, kind, checkpoint_name, export, chunk_bytes):
         request = pb.DownloadRequest(chunk_bytes=chunk_bytes)
         chosen = [blob_id is not None, artifact_id is not None, checkpoint_name is not None, export is not None]
         if sum(chosen) != 1:
@@ -285,19 +350,7 @@ class Client:
             request.checkpoint_name = checkpoint_name
         else:
             request.export.CopyFrom(_message(export, pb.ExportForInferenceRequest, "export"))
-        header, parts = None, []
-        for response in self._stream("Download", request, timeout):
-            if response.HasField("header"):
-                header = response.header
-            else:
-                parts.append(response.chunk)
-        content = b"".join(parts)
-        if header is None or len(content) != header.total_bytes or \
-                hashlib.sha256(content).hexdigest() != header.sha256_hex:
-            raise _errors.DataLossError(grpc.StatusCode.DATA_LOSS,
-                                        "the download does not match the size and SHA-256 its header announced",
-                                        method="Download")
-        return content
+        return request
 
     # ---- sessions ----
 
@@ -350,11 +403,14 @@ class Client:
 
     # ---- training and evaluation ----
 
-    def train_step(self, session_id, inputs, *, accumulate_only=False, fetch_outputs=(), timeout=None):
+    def train_step(self, session_id, inputs, *, accumulate_only=False, fetch_outputs=(), examples_per_step=0,
+                   timeout=None):
         """TrainStep with `inputs` {name: array} (model inputs and targets). By default forward + backward +
-        optimizer step + lazy gradient reset; accumulate_only: forward + backward only."""
+        optimizer step + lazy gradient reset; accumulate_only: forward + backward only. examples_per_step > 0 cuts
+        the arrays' first axis into slices of that many examples, each a step of its own, all in this one call
+        (the result's step_losses has one loss per step, `loss` their example-weighted mean)."""
         request = pb.TrainStepRequest(session_id=session_id, accumulate_only=accumulate_only,
-                                      fetch_outputs=list(fetch_outputs))
+                                      fetch_outputs=list(fetch_outputs), examples_per_step=examples_per_step)
         _tensors.named_to_wire(inputs, request.inputs)
         return _train_step_result(self._call("TrainStep", request, timeout))
 
@@ -404,8 +460,41 @@ class Client:
             request.initial_learning_rate = initial_learning_rate
         return self._call("SetScheduler", request, timeout).learning_rate
 
-    def scheduler_step(self, session_id, *, timeout=None):
-        return self._call("SchedulerStep", pb.SchedulerStepRequest(session_id=session_id), timeout)
+    def scheduler_step(self, session_id, *, metric=None, timeout=None):
+        """SchedulerStep; `metric` (lower is better: an epoch's loss, or minus a validation score) drives an
+        'adaptive' schedule. Returns traind.v1.LearningRate (with `stalled` once an adaptive schedule gives up)."""
+        request = pb.SchedulerStepRequest(session_id=session_id)
+        if metric is not None:
+            request.metric = float(metric)
+        return self._call("SchedulerStep", request, timeout)
+
+    # ---- forward / backward (artifacts generated with loss={"no_loss": {}}) ----
+
+    def forward(self, session_id, inputs, *, training=False, fetch_outputs=(), timeout=None):
+        """Forward with `inputs` {name: array}. training=True: the training-mode pass, kept by the daemon under
+        the returned handle for backward(); False: inference (no loss targets needed, nothing kept)."""
+        request = pb.ForwardRequest(session_id=session_id, training=training, fetch_outputs=list(fetch_outputs))
+        _tensors.named_to_wire(inputs, request.inputs)
+        response = self._call("Forward", request, timeout)
+        return ForwardResult(outputs=_tensors.named_from_wire(response.outputs), handle=response.handle,
+                             saved_bytes=response.saved_bytes)
+
+    def backward(self, session_id, handle, output_gradients, *, input_gradients=(), return_parameter_gradients=False,
+                 timeout=None):
+        """Backward of a forward() handle: `output_gradients` {output: array} (a missing output's gradient is
+        zero), the gradients of `input_gradients` (input names) returned; the parameters' gradients accumulate as
+        train_step's do (and come back too with return_parameter_gradients)."""
+        request = pb.BackwardRequest(session_id=session_id, handle=handle, input_gradients=list(input_gradients),
+                                     return_parameter_gradients=return_parameter_gradients)
+        _tensors.named_to_wire(output_gradients, request.output_gradients)
+        response = self._call("Backward", request, timeout)
+        return BackwardResult(input_gradients=_tensors.named_from_wire(response.input_gradients),
+                              parameter_gradients=_tensors.named_from_wire(response.parameter_gradients))
+
+    def release_forward(self, session_id, handles, *, timeout=None):
+        """Releases forward() handles that will get no backward(); returns how many the daemon held."""
+        request = pb.ReleaseForwardRequest(session_id=session_id, handles=list(handles))
+        return self._call("ReleaseForward", request, timeout).released
 
     # ---- checkpoints and properties ----
 
@@ -492,6 +581,109 @@ class Client:
     def watch_job(self, job_id, *, timeout=None):
         """Yields the job now, then every change, until it ends."""
         return self._stream("WatchJob", pb.WatchJobRequest(job_id=job_id), timeout)
+
+
+def _external_data_locations(model_bytes):
+    """The ONNX external data locations a serialized model references (graph, subgraphs, attribute tensors)."""
+    if b"location" not in model_bytes:
+        return []
+    import onnx  # only models that may use external data need it
+
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(model_bytes)
+    except Exception:  # the daemon names what is wrong with it
+        return []
+    locations = []
+
+    def visit_tensor(tensor):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            for entry in tensor.external_data:
+                if entry.key == "location" and entry.value not in locations:
+                    locations.append(entry.value)
+
+    def visit_graph(graph):
+        for tensor in graph.initializer:
+            visit_tensor(tensor)
+        for node in graph.node:
+            for attribute in node.attribute:
+                if attribute.HasField("t"):
+                    visit_tensor(attribute.t)
+                for tensor in attribute.tensors:
+                    visit_tensor(tensor)
+                if attribute.HasField("g"):
+                    visit_graph(attribute.g)
+                for subgraph in attribute.graphs:
+                    visit_graph(subgraph)
+
+    visit_graph(model.graph)
+    return locations
+
+
+class _PendingFile:
+    """A downloaded file written to a temporary name, published by rename once everything arrived."""
+
+    def __init__(self, path, header):
+        self.path, self.header = path, header
+        self.temporary = f"{path}.tmp.{os.getpid()}"
+        self.file = open(self.temporary, "wb")
+        self.digest, self.received = hashlib.sha256(), 0
+
+    def write(self, chunk):
+        self.received += len(chunk)
+        if self.received > self.header.total_bytes:
+            raise _download_error(f"'{self.path}' is longer than announced")
+        self.digest.update(chunk)
+        self.file.write(chunk)
+
+    def close(self):
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        if self.received != self.header.total_bytes or self.digest.hexdigest() != self.header.sha256_hex:
+            raise _download_error(f"'{self.path}' does not match the size and SHA-256 its header announced")
+
+    def discard(self):
+        if not self.file.closed:
+            self.file.close()
+        if os.path.exists(self.temporary):
+            os.unlink(self.temporary)
+
+
+def _download_error(message):
+    return _errors.DataLossError(grpc.StatusCode.DATA_LOSS, message, method="Download")
+
+
+def _download_files(responses, path):
+    """Writes a (possibly multi-file) download: the first file at `path`, the others beside it by their plain
+    names; published only when all arrived intact, the first last."""
+    pending = []
+    try:
+        for response in responses:
+            if response.HasField("header"):
+                header = response.header
+                if pending:
+                    pending[-1].close()
+                    name = header.file_name
+                    if not name or "/" in name or name in (".", "..") or len(pending) >= max(1, header.file_count):
+                        raise _download_error(f"unexpected file '{name}' in the download")
+                    target = os.path.join(os.path.dirname(path), name)
+                else:
+                    target = path
+                pending.append(_PendingFile(target, header))
+            elif not pending:
+                raise _download_error("the download has no header")
+            else:
+                pending[-1].write(response.chunk)
+        if not pending or len(pending) != max(1, pending[0].header.file_count):
+            raise _download_error("the download ended before all its files arrived")
+        pending[-1].close()
+        for item in reversed(pending):
+            os.replace(item.temporary, item.path)
+        return [item.path for item in pending]
+    finally:
+        for item in pending:
+            item.discard()
 
 
 def _size_and_digest(data):
