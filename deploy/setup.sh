@@ -11,13 +11,14 @@ BUILD_PACKAGES=(
   libdnnl-dev libopenblas-dev zlib1g-dev
   ocl-icd-opencl-dev opencl-headers libclblast-dev
 )
-# Tests, golden-data generators, the Python client and cross-checks.
+# Tests, golden-data generators, the Python client, cross-checks and fuzzing (clang 14 + libFuzzer: --config=fuzz).
 TEST_PACKAGES=(
   libonnx-testdata python3-torch python3-onnx python3-numpy python3-grpcio python3-protobuf curl
   python3-venv python3-pip python3-setuptools python3-wheel python3-sklearn prometheus
   # Fleets and deployment: history plots, the Debian packages (dpkg-buildpackage), manifest checks.
   python3-matplotlib python3-yaml dpkg-dev debhelper dh-python python3-all fakeroot
   pocl-opencl-icd clinfo
+  clang-14 libfuzzer-14-dev libclang-rt-14-dev
 )
 
 missing=()

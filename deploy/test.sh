@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, then builds and runs the whole suite — unit tests, integration
-# tests against the real daemon, the ONNX backend tests — optimised and again under AddressSanitizer.
+# tests against the real daemon, the ONNX backend tests — optimised and again under AddressSanitizer, then fuzzes
+# every fuzz target for a short fixed time.
 # Prints a closing line "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,11 @@ for config in "" "--config=asan --test_tag_filters=-no-asan"; do
   bazel test ${config} --test_summary=short //... 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 done
+
+# The fuzz targets, fuzzing for a short fixed time each (clang 14 + libFuzzer, ASan + UBSan; tests/fuzz/README.md).
+echo "== bazel test --config=fuzz //tests/fuzz (fuzz targets, a fixed time each)" >&2
+bazel test --config=fuzz --test_tag_filters=fuzz --nocache_test_results --test_summary=short //tests/fuzz/... 2>&1 | tee -a "$log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")

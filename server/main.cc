@@ -66,6 +66,11 @@ ABSL_FLAG(int64_t, max_forward_bytes_per_session, int64_t{1} << 30,
           "Bytes the forward handles of one session may keep for their backward passes.");
 ABSL_FLAG(absl::Duration, forward_handle_ttl, absl::Minutes(10),
           "How long a forward handle waits for its Backward before it expires.");
+
+ABSL_FLAG(int64_t, session_memory_budget, 0,
+          "Bytes one session may hold and allocate (parameters, gradients, optimizer state, every run's tensors); "
+          "models and steps that need more are refused with RESOURCE_EXHAUSTED before they allocate. Also bounds "
+          "decoding one model. 0: half of this machine's memory.");
 ABSL_FLAG(std::vector<std::string>, data_dir, {},
           "Directories (comma-separated) whose files training jobs may read by a relative local_path.");
 ABSL_FLAG(std::string, gpu_program_cache_dir, "",
@@ -109,6 +114,7 @@ traind::ServerOptions OptionsFromFlags() {
   options.data_dirs = absl::GetFlag(FLAGS_data_dir);
   options.gpu_program_cache_dir = absl::GetFlag(FLAGS_gpu_program_cache_dir);
   options.gpu_memory_limit_bytes = absl::GetFlag(FLAGS_gpu_memory_limit_bytes);
+  options.session_memory_budget = absl::GetFlag(FLAGS_session_memory_budget);
   return options;
 }
 

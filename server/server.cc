@@ -20,6 +20,7 @@
 #include "grpcpp/impl/server_builder_option.h"
 #include "grpcpp/impl/server_builder_plugin.h"
 #include "prometheus/exposer.h"
+#include "engine/core/memory_budget.h"
 #include "engine/core/thread_pool.h"
 #include "engine/gpu/device.h"
 #include "engine/io/file_util.h"
@@ -318,8 +319,12 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
   state->compute = std::make_unique<ComputePool>(
       options.max_concurrent_steps,
       options.max_queued_steps * 2 + static_cast<int>(std::min<int64_t>(options.max_concurrent_jobs, 1 << 16)));
+  if (options.session_memory_budget < 0) return absl::InvalidArgumentError("--session_memory_budget must be >= 0");
+  const int64_t memory_budget =
+      options.session_memory_budget > 0 ? options.session_memory_budget : engine::PhysicalMemoryBytes() / 2;
   SessionLimits session_limits;
   session_limits.max_sessions = options.max_sessions;
+  session_limits.memory_budget_bytes = memory_budget;
   session_limits.default_num_threads = default_threads;
   if (options.checkpoint_every_steps < 0 || !(options.checkpoint_every_seconds >= 0)) {
     return absl::InvalidArgumentError("--checkpoint_every_steps and --checkpoint_every_seconds must be >= 0");
@@ -358,6 +363,7 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
   service_limits.max_sessions = options.max_sessions;
   service_limits.default_num_threads = default_threads;
   service_limits.max_concurrent_steps = options.max_concurrent_steps;
+  service_limits.memory_budget_bytes = memory_budget;
   state->service = std::make_unique<TrainingServiceImpl>(service_limits, state->tenants.get(), state->spaces.get(),
                                                          state->sessions.get(), state->jobs.get());
 

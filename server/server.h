@@ -52,6 +52,9 @@ struct ServerOptions {
   // Calls that may wait for one session (its calls run one at a time); past that, RESOURCE_EXHAUSTED at once.
   int max_waiting_calls_per_session = 8;
   int64_t max_dataset_bytes = int64_t{4} << 30;
+  // Bytes one session may hold and allocate (engine::ModuleOptions::memory_budget_bytes); also what decoding one
+  // model may take. 0: half of this machine's memory (engine::PhysicalMemoryBytes).
+  int64_t session_memory_budget = 0;
   std::vector<std::string> data_dirs;
   // Forward handles per session (Forward / Backward): how many, how many bytes, and how long one waits.
   int max_forward_handles_per_session = 64;

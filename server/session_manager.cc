@@ -432,6 +432,7 @@ absl::StatusOr<SessionInfo> SessionManager::Open(std::shared_ptr<Session> sessio
     module_options.executor = engine::ExecutorKind::kGpu;
     module_options.gpu_device_index = session->record.device_index;
   }
+  module_options.memory_budget_bytes = limits_.memory_budget_bytes;
   session->state = std::move(models.checkpoint);
   TRAIND_RETURN_IF_ERROR(compute_->Run(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {

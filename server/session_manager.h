@@ -187,6 +187,9 @@ struct SessionLimits {
   int max_forward_handles_per_session = 64;
   int64_t max_forward_bytes_per_session = int64_t{1} << 30;
   absl::Duration forward_handle_ttl = absl::Minutes(10);
+
+  // Each session's memory budget (engine::ModuleOptions::memory_budget_bytes); 0: unlimited.
+  int64_t memory_budget_bytes = 0;
 };
 
 class SessionManager {

@@ -194,6 +194,7 @@ absl::StatusOr<onnx::ModelProto> TrainingServiceImpl::ResolveModel(const TenantS
     case v1::ModelSource::SOURCE_NOT_SET:
       return absl::InvalidArgumentError(absl::StrCat(what, " is missing: give onnx_bytes or a blob_id"));
   }
+  options.limits.max_decoded_bytes = limits_.memory_budget_bytes;
   absl::StatusOr<onnx::ModelProto> model = engine::LoadModelFromBytes(bytes, options);
   if (!model.ok()) return absl::Status(model.status().code(), absl::StrCat(what, ": ", model.status().message()));
   return model;

@@ -27,6 +27,8 @@ struct ServiceLimits {
   int64_t max_sessions = 0;
   int default_num_threads = 1;
   int max_concurrent_steps = 1;
+  // What decoding one model may take (engine::ModelLimits::max_decoded_bytes); 0: the engine's default.
+  int64_t memory_budget_bytes = 0;
 };
 
 class TrainingServiceImpl final : public traind::v1::TrainingService::Service {

@@ -18,6 +18,9 @@
 namespace traind::engine {
 namespace {
 
+// What evaluating one constant integer subgraph of a client's model (shapes, axes) may allocate.
+constexpr int64_t kMaxConstantEvaluationBytes = int64_t{64} << 20;
+
 // Values of unknown type (shape inference found none) may carry gradients; integer and bool values never do.
 bool MayCarryGradient(const ValueFacts* facts) {
   return facts == nullptr || facts->elem_type == 0 || IsFloatingPointType(facts->elem_type);
@@ -265,7 +268,11 @@ class Builder {
     onnx::ValueInfoProto* output = subgraph->add_output();
     output->set_name(value);
     output->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
-    absl::StatusOr<std::unique_ptr<Session>> session = Session::Create(subgraph_model);
+    // The subgraph comes from the client's model: its evaluation is bounded (an int64 ConstantOfShape of 2^40
+    // elements is refused before it allocates, and the value is then simply not known to be constant).
+    SessionOptions options;
+    options.memory_budget = MemoryBudget::Create(kMaxConstantEvaluationBytes, "constant evaluation budget");
+    absl::StatusOr<std::unique_ptr<Session>> session = Session::Create(subgraph_model, options);
     if (!session.ok()) return std::nullopt;
     absl::StatusOr<NamedTensors> outputs = (*session)->Run(NamedTensors{});
     if (!outputs.ok() || outputs->size() != 1 || (*outputs)[0].second.dtype() != DataType::kInt64) return std::nullopt;

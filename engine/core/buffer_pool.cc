@@ -6,18 +6,38 @@
 
 namespace traind::engine {
 
-BufferPool::State::~State() {
+BufferPool::State::~State() { DropCache(); }
+
+void BufferPool::State::DropCache() {
   for (auto& [capacity, buffers] : free_by_capacity) {
-    for (void* data : buffers) AlignedFree(data);
+    for (void* data : buffers) {
+      AlignedFree(data);
+      if (budget != nullptr) budget->Release(static_cast<int64_t>(capacity));
+    }
+  }
+  free_by_capacity.clear();
+  cached_bytes = 0;
+}
+
+BufferPool::BufferPool(size_t max_cached_bytes, std::shared_ptr<MemoryBudget> budget)
+    : state_(std::make_shared<State>()), budget_(std::move(budget)) {
+  state_->max_cached_bytes = max_cached_bytes;
+  state_->budget = budget_;
+  if (budget_ != nullptr) {
+    // Other pools of the same budget (a session's training, eval and optimizer executors) may take back this
+    // pool's idle buffers when they would otherwise be refused.
+    budget_->AddReclaimer([weak_state = std::weak_ptr<State>(state_)] {
+      std::shared_ptr<State> state = weak_state.lock();
+      if (state == nullptr) return false;
+      std::lock_guard<std::mutex> lock(state->mutex);
+      state->DropCache();
+      return true;
+    });
   }
 }
 
-BufferPool::BufferPool(size_t max_cached_bytes) : state_(std::make_shared<State>()) {
-  state_->max_cached_bytes = max_cached_bytes;
-}
-
-std::shared_ptr<BufferPool> BufferPool::Create(size_t max_cached_bytes) {
-  return std::shared_ptr<BufferPool>(new BufferPool(max_cached_bytes));
+std::shared_ptr<BufferPool> BufferPool::Create(size_t max_cached_bytes, std::shared_ptr<MemoryBudget> budget) {
+  return std::shared_ptr<BufferPool>(new BufferPool(max_cached_bytes, std::move(budget)));
 }
 
 size_t BufferPool::BucketCapacity(size_t size_bytes) {
@@ -29,21 +49,41 @@ size_t BufferPool::BucketCapacity(size_t size_bytes) {
   return (size_bytes + step - 1) / step * step;
 }
 
-void BufferPool::Release(const std::weak_ptr<State>& weak_state, void* data, size_t capacity) {
+void BufferPool::Release(const std::weak_ptr<State>& weak_state, const std::shared_ptr<MemoryBudget>& budget,
+                         void* data, size_t capacity) {
   std::shared_ptr<State> state = weak_state.lock();
   if (state != nullptr) {
     std::lock_guard<std::mutex> lock(state->mutex);
     state->bytes_in_use -= capacity;
     if (state->cached_bytes + capacity <= state->max_cached_bytes) {
-      state->free_by_capacity[capacity].push_back(data);
+      state->free_by_capacity[capacity].push_back(data);  // still counted in the budget: the pool holds it
       state->cached_bytes += capacity;
       return;
     }
   }
   AlignedFree(data);
+  if (budget != nullptr) budget->Release(static_cast<int64_t>(capacity));
 }
 
 absl::StatusOr<std::shared_ptr<Buffer>> BufferPool::Acquire(size_t size_bytes) {
+  return Acquire(size_bytes, DataType::kUndefined, nullptr);
+}
+
+namespace {
+
+std::string DescribeRequest(size_t size_bytes, DataType dtype, const Shape* shape) {
+  if (shape == nullptr) return absl::StrCat("a buffer of ", size_bytes, " bytes");
+  return absl::StrCat("a ", DataTypeName(dtype), " tensor of shape ", ShapeToString(*shape));
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Buffer>> BufferPool::Acquire(size_t size_bytes, DataType dtype, const Shape* shape) {
+  // Sizes near the top of size_t would wrap in BucketCapacity; nothing that large can be allocated anyway.
+  if (size_bytes > (size_t{1} << 62)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(DescribeRequest(size_bytes, dtype, shape), " is larger than any allocation can be"));
+  }
   const size_t capacity = BucketCapacity(size_bytes);
   void* data = nullptr;
   {
@@ -56,9 +96,18 @@ absl::StatusOr<std::shared_ptr<Buffer>> BufferPool::Acquire(size_t size_bytes) {
       ++state_->reuse_count;
     }
   }
+  if (data == nullptr && budget_ != nullptr && !budget_->TryReserve(static_cast<int64_t>(capacity))) {
+    // Before refusing, every pool of this budget (this one included) gives back its idle buffers.
+    budget_->Reclaim();
+    if (!budget_->TryReserve(static_cast<int64_t>(capacity))) {
+      return budget_->Refusal(static_cast<int64_t>(capacity), DescribeRequest(size_bytes, dtype, shape));
+    }
+  }
   if (data == nullptr) data = AlignedAllocate(capacity);
   if (data == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size_bytes, " bytes"));
+    if (budget_ != nullptr) budget_->Release(static_cast<int64_t>(capacity));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", DescribeRequest(size_bytes, dtype, shape), ": out of memory"));
   }
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
@@ -67,8 +116,8 @@ absl::StatusOr<std::shared_ptr<Buffer>> BufferPool::Acquire(size_t size_bytes) {
   }
   std::weak_ptr<State> weak_state = state_;
   return std::make_shared<Buffer>(data, size_bytes, capacity,
-                                  [weak_state](void* ptr, size_t cap) {
-                                    Release(weak_state, ptr, cap);
+                                  [weak_state, budget = budget_](void* ptr, size_t cap) {
+                                    Release(weak_state, budget, ptr, cap);
                                   });
 }
 
@@ -78,7 +127,12 @@ absl::StatusOr<Tensor> BufferPool::AllocateTensor(DataType dtype, Shape shape) {
   }
   auto count = ElementCount(shape);
   if (!count.ok()) return count.status();
-  auto buffer = Acquire(static_cast<size_t>(*count) * ElementSize(dtype));
+  const size_t element_size = ElementSize(dtype);
+  if (static_cast<uint64_t>(*count) > (uint64_t{1} << 62) / element_size) {
+    return absl::ResourceExhaustedError(absl::StrCat("a ", DataTypeName(dtype), " tensor of shape ",
+                                                     ShapeToString(shape), " is larger than any allocation can be"));
+  }
+  auto buffer = Acquire(static_cast<size_t>(*count) * element_size, dtype, &shape);
   if (!buffer.ok()) return buffer.status();
   return Tensor(dtype, std::move(shape), *std::move(buffer), *count);
 }

@@ -8,10 +8,12 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/core/memory_budget.h"
 #include "engine/core/tensor.h"
 
 namespace traind::engine {
@@ -19,7 +21,11 @@ namespace traind::engine {
 class BufferPool {
  public:
   // `max_cached_bytes`: free buffers beyond this are released to the system instead of cached.
-  static std::shared_ptr<BufferPool> Create(size_t max_cached_bytes = size_t{1} << 30);
+  // `budget` (may be null: unlimited): every byte the pool takes from the system, cached free buffers included,
+  // counts against it; a request that does not fit even after the cache is emptied is refused with
+  // kResourceExhausted before anything is allocated.
+  static std::shared_ptr<BufferPool> Create(size_t max_cached_bytes = size_t{1} << 30,
+                                            std::shared_ptr<MemoryBudget> budget = nullptr);
 
   absl::StatusOr<std::shared_ptr<Buffer>> Acquire(size_t size_bytes);
   // An uninitialised tensor of the given shape from the pool.
@@ -32,6 +38,7 @@ class BufferPool {
   size_t peak_bytes_in_use() const;
 
   static size_t BucketCapacity(size_t size_bytes);
+  const std::shared_ptr<MemoryBudget>& budget() const { return budget_; }
 
  private:
   struct State {
@@ -42,12 +49,19 @@ class BufferPool {
     size_t reuse_count = 0;
     size_t bytes_in_use = 0;
     size_t peak_bytes_in_use = 0;
+    std::shared_ptr<MemoryBudget> budget;
     ~State();
+    // Frees every cached buffer (their bytes leave the budget). Caller holds `mutex`.
+    void DropCache();
   };
-  explicit BufferPool(size_t max_cached_bytes);
-  static void Release(const std::weak_ptr<State>& state, void* data, size_t capacity);
+  BufferPool(size_t max_cached_bytes, std::shared_ptr<MemoryBudget> budget);
+  static void Release(const std::weak_ptr<State>& state, const std::shared_ptr<MemoryBudget>& budget, void* data,
+                      size_t capacity);
+  // `dtype` and `shape` (may be null) only name the request in a refusal.
+  absl::StatusOr<std::shared_ptr<Buffer>> Acquire(size_t size_bytes, DataType dtype, const Shape* shape);
 
   std::shared_ptr<State> state_;
+  std::shared_ptr<MemoryBudget> budget_;
 };
 
 }  // namespace traind::engine

@@ -6,10 +6,12 @@
 #include <vector>
 
 #include "engine/core/buffer_pool.h"
+#include "engine/core/memory_budget.h"
 #include "engine/core/dtype.h"
 #include "engine/core/shape.h"
 #include "engine/core/tensor.h"
 #include "engine/core/thread_pool.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace traind::engine {
@@ -19,9 +21,10 @@ TEST(ShapeTest, ElementCountRejectsOverflowAndNegativeDims) {
   EXPECT_EQ(*ElementCount({2, 3, 4}), 24);
   EXPECT_EQ(*ElementCount({}), 1);
   EXPECT_EQ(*ElementCount({0, std::numeric_limits<int64_t>::max()}), 0);
-  EXPECT_FALSE(ElementCount({int64_t{1} << 32, int64_t{1} << 32}).ok());
-  EXPECT_FALSE(ElementCount({std::numeric_limits<int64_t>::max(), 2}).ok());
-  EXPECT_FALSE(ElementCount({-1, 2}).ok());
+  EXPECT_EQ(ElementCount({int64_t{1} << 32, int64_t{1} << 32}).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ElementCount({std::numeric_limits<int64_t>::max(), 2}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ElementCount({-1, 2}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(ElementCount({10, 10}, /*limit=*/99).ok());
 }
 
@@ -181,6 +184,56 @@ TEST(DeviceCopyTest, CopyTensorDataStaysOnTheDeviceWhenTheSourceIsThere) {
   ASSERT_TRUE(CopyTensorData(host, to).ok());
   EXPECT_FALSE(to.buffer()->device_current());
   EXPECT_EQ(to.data<float>()[0], 8.0f);
+}
+
+TEST(MemoryBudgetTest, RefusesBeyondTheLimitAndNamesIt) {
+  auto budget = MemoryBudget::Create(1000, "test budget");
+  EXPECT_TRUE(budget->Reserve(600, "first").ok());
+  absl::Status refused = budget->Reserve(500, "second");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("test budget of 1000 bytes"));
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("second"));
+  EXPECT_EQ(budget->used(), 600);
+  EXPECT_EQ(budget->CheckFits(400, "plan").code(), absl::StatusCode::kOk);
+  EXPECT_EQ(budget->CheckFits(401, "plan").code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(budget->Reserve(-1, "negative").code(), absl::StatusCode::kResourceExhausted);
+  {
+    auto reservation = MemoryReservation::Make(budget, 400, "held");
+    ASSERT_TRUE(reservation.ok());
+    EXPECT_EQ(budget->used(), 1000);
+  }
+  EXPECT_EQ(budget->used(), 600);
+  budget->Release(600);
+  EXPECT_EQ(budget->used(), 0);
+  EXPECT_EQ(budget->peak(), 1000);
+}
+
+// A budgeted pool refuses before allocating, counts its cached buffers, and gives them back (its own and those of
+// the budget's other pools) before refusing.
+TEST(BufferPoolTest, BudgetRefusesBeforeAllocatingAndReclaimsIdleBuffers) {
+  auto budget = MemoryBudget::Create(1 << 20);
+  auto pool = BufferPool::Create(size_t{1} << 30, budget);
+  auto other = BufferPool::Create(size_t{1} << 30, budget);
+  auto huge = pool->AllocateTensor(DataType::kFloat32, {int64_t{1} << 20, int64_t{1} << 20});
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(huge.status().message()), ::testing::HasSubstr("session memory budget"));
+  EXPECT_THAT(std::string(huge.status().message()), ::testing::HasSubstr("[1048576,1048576]"));
+  EXPECT_EQ(budget->used(), 0);
+  {
+    auto held = other->AllocateTensor(DataType::kFloat32, {150000});  // 600 KB, cached by `other` when dropped
+    ASSERT_TRUE(held.ok());
+    EXPECT_GT(budget->used(), 600000);
+  }
+  EXPECT_GT(budget->used(), 600000);  // cached, still counted
+  auto fits = pool->AllocateTensor(DataType::kFloat32, {200000});  // 800 KB: only after `other` gives its cache back
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(other->cached_bytes(), 0u);
+  auto beyond = pool->AllocateTensor(DataType::kFloat32, {100000});
+  EXPECT_EQ(beyond.status().code(), absl::StatusCode::kResourceExhausted);
+  fits = absl::StatusOr<Tensor>(Tensor());
+  pool.reset();  // freed buffers leave the budget when nothing caches them
+  other.reset();
+  EXPECT_EQ(budget->used(), 0);
 }
 
 TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {

@@ -23,8 +23,9 @@ absl::StatusOr<int64_t> ElementCount(absl::Span<const int64_t> dims, int64_t lim
   if (std::find(dims.begin(), dims.end(), 0) != dims.end()) return 0;
   for (int64_t dim : dims) {
     if (!CheckedMul(count, dim, &count) || count > limit) {
-      return absl::InvalidArgumentError(absl::StrCat("shape ", ShapeToString(dims),
-                                                     " has more than ", limit, " elements"));
+      // A size limit, not a malformed shape: callers validating a model's declared dims report it as invalid.
+      return absl::ResourceExhaustedError(absl::StrCat("shape ", ShapeToString(dims),
+                                                       " has more than ", limit, " elements"));
     }
   }
   return count;

@@ -21,7 +21,8 @@ inline constexpr int64_t kMaxTensorElements = int64_t{1} << 40;
 // a * b for non-negative operands; false if the product exceeds INT64_MAX.
 bool CheckedMul(int64_t a, int64_t b, int64_t* product);
 
-// Product of dims. Errors: a negative dim (kInvalidArgument) or a product above `limit`.
+// Product of dims. Errors: a negative dim (kInvalidArgument) or a product above `limit` (kResourceExhausted
+// naming the limit).
 absl::StatusOr<int64_t> ElementCount(absl::Span<const int64_t> dims,
                                      int64_t limit = kMaxTensorElements);
 

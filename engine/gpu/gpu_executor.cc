@@ -46,7 +46,7 @@ GpuExecutor::GpuExecutor(std::shared_ptr<const Plan> plan, GpuExecutorOptions op
       stream_(std::move(options.stream)),
       threads_(options.threads ? *options.threads : ThreadPool::Default()),
       random_seed_(options.random_seed),
-      host_buffers_(BufferPool::Create()) {}
+      host_buffers_(options.host_buffers != nullptr ? std::move(options.host_buffers) : BufferPool::Create()) {}
 
 GpuExecutor::~GpuExecutor() {
   // The queue may still run kernels that read this executor's cached uploads.

@@ -37,6 +37,9 @@ struct GpuExecutorOptions {
   const GpuOpRegistry* registry = nullptr;  // null: GpuOpRegistry::Global()
   // Op types kept on the CPU even where a GPU kernel exists (mixed placement in tests, a workaround for a driver).
   std::vector<std::string> cpu_ops;
+  // The pool for what the nodes placed on the CPU allocate (bound to the session's memory budget); null: a fresh
+  // unbounded pool.
+  std::shared_ptr<BufferPool> host_buffers;
 };
 
 // Where each node runs and what may cross per run.

@@ -153,7 +153,8 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
 }
 
 absl::StatusOr<std::string> ReadFileLimited(const std::string& path, int64_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused as not a regular file below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoError("cannot open", path);
   struct stat info {};
   if (::fstat(fd, &info) != 0) {

@@ -82,7 +82,14 @@ absl::Status OpenBelowDirectory(const onnx::TensorProto& tensor, const std::stri
   }
   for (size_t i = 0; i < components.size(); ++i) {
     const bool last = i + 1 == components.size();
-    const int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? 0 : O_DIRECTORY);
+    // The file itself must be regular before it is opened: opening a FIFO blocks until a writer comes (forever),
+    // opening a device may act on it. O_NONBLOCK as well, for what is swapped in between the check and the open.
+    struct stat before;
+    if (last && fstatat(region.fd.get(), components[i].c_str(), &before, AT_SYMLINK_NOFOLLOW) == 0 &&
+        !S_ISREG(before.st_mode)) {
+      return ExternalError(tensor, absl::StrCat("'", location, "' is not a regular file"));
+    }
+    const int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? O_NONBLOCK : O_DIRECTORY);
     const int next = openat(region.fd.get(), components[i].c_str(), flags);
     if (next < 0) {
       const int err = errno;
@@ -104,7 +111,12 @@ absl::Status OpenListedFile(const onnx::TensorProto& tensor, const std::map<std:
   if (it == files.end()) {
     return ExternalError(tensor, absl::StrCat("its file '", location, "' was not provided with the model"));
   }
-  region.fd.reset(open(it->second.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  // Never blocks on a FIFO or acts on a device: lstat first, then a non-blocking open (regularity checked again).
+  struct stat before;
+  if (lstat(it->second.c_str(), &before) == 0 && !S_ISREG(before.st_mode)) {
+    return ExternalError(tensor, absl::StrCat("the file of '", location, "' is not a regular file"));
+  }
+  region.fd.reset(open(it->second.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
   if (region.fd.get() < 0) {
     return ExternalError(tensor, absl::StrCat("cannot open the file of '", location, "': ", strerror(errno)));
   }

@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/dtype.h"
+#include "engine/core/memory_budget.h"
 #include "engine/core/shape.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/external_data.h"
@@ -64,6 +65,121 @@ absl::Status CheckOpsets(const onnx::ModelProto& model, const LoadOptions& optio
   return absl::OkStatus();
 }
 
+// A walk of the serialized ModelProto, before protobuf decodes it: counts nodes (graphs, subgraphs, functions) and
+// bounds what decoding will allocate, so that a model of millions of tiny nodes or of millions of empty repeated
+// strings is refused (kResourceExhausted, naming the limit) before it costs memory. Field numbers from onnx.proto.
+class WireScan {
+ public:
+  WireScan(const ModelLimits& limits, int64_t max_decoded_bytes)
+      : limits_(limits), max_decoded_bytes_(max_decoded_bytes) {}
+
+  absl::Status Scan(absl::string_view bytes) {
+    google::protobuf::io::CodedInputStream stream(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                  static_cast<int>(bytes.size()));
+    TRAIND_RETURN_IF_ERROR(Message(stream, Kind::kModel, 0));
+    return absl::OkStatus();
+  }
+
+ private:
+  enum class Kind { kModel, kGraph, kNode, kAttribute, kFunction, kTensor, kOther };
+
+  // The message kind of field `number` of a `kind` message, kOther for what is not walked into.
+  static Kind Child(Kind kind, int number) {
+    switch (kind) {
+      case Kind::kModel:
+        return number == 7 ? Kind::kGraph : number == 25 ? Kind::kFunction : Kind::kOther;
+      case Kind::kGraph:
+        return number == 1 ? Kind::kNode : number == 5 ? Kind::kTensor : Kind::kOther;
+      case Kind::kNode:
+        return number == 5 ? Kind::kAttribute : Kind::kOther;
+      case Kind::kAttribute:
+        return number == 6 || number == 11 ? Kind::kGraph : number == 5 || number == 10 ? Kind::kTensor : Kind::kOther;
+      case Kind::kFunction:
+        return number == 7 ? Kind::kNode : Kind::kOther;
+      case Kind::kTensor:
+      case Kind::kOther:
+        break;
+    }
+    return Kind::kOther;
+  }
+
+  // Length-delimited fields that are packed arrays of varints (1 byte each on the wire, 8 decoded):
+  // TensorProto dims, int32_data, int64_data, uint64_data; AttributeProto ints.
+  static bool PackedVarints(Kind kind, int number) {
+    return (kind == Kind::kTensor && (number == 1 || number == 5 || number == 7 || number == 11)) ||
+           (kind == Kind::kAttribute && number == 8);
+  }
+
+  // Every decoded field costs at most this much beyond its bytes (a std::string or a message object and its slot
+  // in a repeated field); a packed varint element at most 8 bytes.
+  static constexpr int64_t kBytesPerField = 64;
+
+  absl::Status Charge(int64_t bytes) {
+    decoded_bytes_ += bytes;
+    if (decoded_bytes_ > max_decoded_bytes_) {
+      return absl::ResourceExhaustedError(absl::StrCat("decoding the model would take more than ",
+                                                       max_decoded_bytes_, " bytes of memory (the loader's limit)"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Message(google::protobuf::io::CodedInputStream& stream, Kind kind, int depth) {
+    if (depth > kProtoRecursionLimit) {  // protobuf would refuse to decode it as well
+      return absl::InvalidArgumentError("model bytes are nested too deeply");
+    }
+    if (kind == Kind::kNode && ++nodes_ > limits_.max_nodes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("model has more than ", limits_.max_nodes, " nodes (the loader's limit)"));
+    }
+    while (true) {
+      const uint32_t tag = stream.ReadTag();
+      if (tag == 0) return absl::OkStatus();  // end of this message (or of the input)
+      TRAIND_RETURN_IF_ERROR(Charge(kBytesPerField));
+      const int number = static_cast<int>(tag >> 3);
+      switch (tag & 7) {
+        case 0: {  // varint
+          uint64_t ignored;
+          if (!stream.ReadVarint64(&ignored)) return Corrupt();
+          break;
+        }
+        case 1:  // fixed64
+          if (!stream.Skip(8)) return Corrupt();
+          break;
+        case 5:  // fixed32
+          if (!stream.Skip(4)) return Corrupt();
+          break;
+        case 2: {  // length-delimited: a message walked into, or bytes / a packed array
+          uint32_t length;
+          if (!stream.ReadVarint32(&length) || length > static_cast<uint32_t>(INT32_MAX)) return Corrupt();
+          const Kind child = Child(kind, number);
+          if (child != Kind::kOther) {
+            const auto limit = stream.PushLimit(static_cast<int>(length));
+            TRAIND_RETURN_IF_ERROR(Message(stream, child, depth + 1));
+            if (!stream.ConsumedEntireMessage()) return Corrupt();
+            stream.PopLimit(limit);
+          } else {
+            // Bytes decode to themselves; a packed array of 1-byte varints to 8 bytes per byte at most.
+            TRAIND_RETURN_IF_ERROR(Charge((PackedVarints(kind, number) ? 8 : 1) * static_cast<int64_t>(length)));
+            if (!stream.Skip(static_cast<int>(length))) return Corrupt();
+          }
+          break;
+        }
+        default:  // groups (3, 4) and invalid wire types: protobuf would refuse them as well
+          return Corrupt();
+      }
+    }
+  }
+
+  static absl::Status Corrupt() {
+    return absl::InvalidArgumentError("model bytes are not a valid ONNX ModelProto (truncated or corrupt)");
+  }
+
+  const ModelLimits& limits_;
+  const int64_t max_decoded_bytes_;
+  int64_t nodes_ = 0;
+  int64_t decoded_bytes_ = 0;
+};
+
 // Walks graphs, subgraphs and functions: counts nodes, bounds depth, validates every tensor's
 // dims and data size, and inlines external data.
 class ModelValidator {
@@ -87,10 +203,9 @@ class ModelValidator {
 
  private:
   absl::Status ValidateGraph(onnx::GraphProto& graph, int depth) {
-    if (depth > limits_.max_graph_depth) {
-      return absl::ResourceExhaustedError(absl::StrCat("graph '", graph.name(), "' is nested ",
-                                                       depth, " deep; the limit is ",
-                                                       limits_.max_graph_depth));
+    if (depth > limits_.max_graph_depth) {  // structure, not size: a malformed model for this engine
+      return absl::InvalidArgumentError(absl::StrCat("graph '", graph.name(), "' is nested ", depth,
+                                                     " deep; the limit is ", limits_.max_graph_depth));
     }
     for (auto& tensor : *graph.mutable_initializer()) {
       TRAIND_RETURN_IF_ERROR(ValidateTensor(tensor, /*may_map=*/depth == 1));
@@ -108,7 +223,7 @@ class ModelValidator {
   absl::Status ValidateNode(onnx::NodeProto& node, int depth) {
     if (++node_count_ > limits_.max_nodes) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("model has more than ", limits_.max_nodes, " nodes"));
+          absl::StrCat("model has more than ", limits_.max_nodes, " nodes (the loader's limit)"));
     }
     for (auto& attribute : *node.mutable_attribute()) {
       absl::Status status = ValidateAttribute(attribute, depth);
@@ -304,6 +419,9 @@ absl::StatusOr<onnx::ModelProto> LoadModelFromBytes(absl::string_view bytes,
                                                      " bytes; the limit is ",
                                                      options.limits.max_model_bytes));
   }
+  const int64_t max_decoded_bytes = options.limits.max_decoded_bytes > 0 ? options.limits.max_decoded_bytes
+                                                                         : PhysicalMemoryBytes() / 2;
+  TRAIND_RETURN_IF_ERROR(WireScan(options.limits, max_decoded_bytes).Scan(bytes));
   onnx::ModelProto model;
   google::protobuf::io::CodedInputStream stream(reinterpret_cast<const uint8_t*>(bytes.data()),
                                                 static_cast<int>(bytes.size()));
@@ -324,7 +442,8 @@ absl::StatusOr<onnx::ModelProto> LoadModelFromBytes(absl::string_view bytes,
 
 absl::StatusOr<onnx::ModelProto> LoadModelFromFile(const std::string& path,
                                                    const LoadOptions& options) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO must not block the open (it is refused as not a regular file right after).
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     return absl::NotFoundError(absl::StrCat("cannot open '", path, "': ", strerror(errno)));
   }

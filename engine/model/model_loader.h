@@ -3,9 +3,10 @@
 // only come from regular files inside the model's own directory, and every onnx exception becomes
 // an absl::Status. On success every tensor's data is inline (external data has been read in).
 //
-// Status codes: kInvalidArgument for malformed or hostile input, kUnimplemented for well-formed
-// models this engine does not support (opset outside 1..17, unknown domain or domain version),
-// kResourceExhausted for limits.
+// Status codes: kInvalidArgument for malformed or hostile input (subgraphs nested deeper than the limit
+// included), kUnimplemented for well-formed models this engine does not support (opset outside 1..17, unknown
+// domain or domain version), kResourceExhausted for size limits (bytes, nodes, elements, decoded memory), naming
+// the limit.
 #ifndef TRAIND_ENGINE_MODEL_MODEL_LOADER_H_
 #define TRAIND_ENGINE_MODEL_MODEL_LOADER_H_
 
@@ -37,6 +38,10 @@ struct ModelLimits {
   int64_t max_tensor_elements = int64_t{1} << 32;       // Per tensor (initializer, attribute).
   int64_t max_nodes = 1'000'000;                        // All graphs, subgraphs and functions.
   int max_graph_depth = 8;  // Main graph is depth 1; each subgraph attribute adds one.
+  // What decoding the protobuf may take in memory, estimated from the wire format before decoding (every field
+  // becomes an object: a few hundred bytes of empty repeated strings decode to kilobytes); 0: half of this
+  // machine's memory (PhysicalMemoryBytes).
+  int64_t max_decoded_bytes = 0;
 };
 
 // A non-ONNX operator domain whose nodes the engine accepts (traind's own ops register here).

@@ -268,7 +268,7 @@ TEST(ModelLoaderTest, NodeCountAndDepthLimits) {
     attribute->set_type(onnx::AttributeProto::GRAPH);
     graph = attribute->mutable_g();
   }
-  EXPECT_EQ(LoadBytes(model).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(LoadBytes(model).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ModelLoaderTest, ExternalDataInsideModelDirIsInlined) {
@@ -375,6 +375,50 @@ TEST(ModelLoaderTest, ExternalDataFromListedFilesOnly) {
   model.mutable_graph()->mutable_initializer(0)->mutable_external_data()->DeleteSubrange(0, 3);
   EXPECT_EQ(LoadModelFromBytes(model.SerializeAsString(), options).status().code(),
             absl::StatusCode::kInvalidArgument);
+
+// A FIFO blocks open() until a writer comes: external data and model files that are FIFOs (or devices) must be
+// refused at once, never waited on.
+TEST(ModelLoaderTest, FifosAndDevicesAreRefusedWithoutBlocking) {
+  TempDir dir;
+  ASSERT_EQ(mkfifo((dir.path() + "/pipe.bin").c_str(), 0600), 0);
+  ASSERT_EQ(symlink("/dev/zero", (dir.path() + "/zero.bin").c_str()), 0);
+  for (const char* location : {"pipe.bin", "zero.bin"}) {
+    onnx::ModelProto model = ValidModel();
+    MakeExternal(model, location, 0, 16);
+    absl::Status status = LoadBytes(model, dir.path());
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << location << ": " << status;
+  }
+  absl::StatusOr<onnx::ModelProto> fifo_model = LoadModelFromFile(dir.path() + "/pipe.bin");
+  EXPECT_EQ(fifo_model.status().code(), absl::StatusCode::kInvalidArgument) << fifo_model.status();
+  absl::StatusOr<onnx::ModelProto> device = LoadModelFromFile("/dev/zero");
+  EXPECT_EQ(device.status().code(), absl::StatusCode::kInvalidArgument) << device.status();
+}
+
+// Counted on the wire, before protobuf decodes anything: too many nodes, or fields whose decoded objects would
+// take more memory than allowed (millions of empty repeated strings), are RESOURCE_EXHAUSTED naming the limit.
+TEST(ModelLoaderTest, NodeCountAndDecodedSizeAreBoundedBeforeDecoding) {
+  onnx::ModelProto model = ValidModel();
+  for (int i = 0; i < 50; ++i) {
+    onnx::NodeProto* node = model.mutable_graph()->add_node();
+    node->set_op_type("Relu");
+    node->add_input("x");
+    node->add_output("r" + std::to_string(i));
+  }
+  LoadOptions options;
+  options.limits.max_nodes = 40;
+  absl::Status nodes = LoadModelFromBytes(model.SerializeAsString(), options).status();
+  EXPECT_EQ(nodes.code(), absl::StatusCode::kResourceExhausted) << nodes;
+  EXPECT_NE(nodes.message().find("more than 40 nodes"), std::string::npos) << nodes;
+
+  onnx::ModelProto strings = ValidModel();
+  for (int i = 0; i < 100000; ++i) strings.mutable_graph()->mutable_node(0)->add_input("");
+  options = LoadOptions();
+  options.limits.max_decoded_bytes = 1 << 20;
+  absl::Status decoded = LoadModelFromBytes(strings.SerializeAsString(), options).status();
+  EXPECT_EQ(decoded.code(), absl::StatusCode::kResourceExhausted) << decoded;
+  EXPECT_NE(decoded.message().find("1048576 bytes"), std::string::npos) << decoded;
+  // The same model decodes under the default limit (half of this machine's memory).
+  EXPECT_NE(LoadModelFromBytes(strings.SerializeAsString()).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
 TEST(ModelLoaderTest, CheckerErrorsAreStatusesNotExceptions) {

@@ -1,11 +1,14 @@
 #include "engine/runtime/plan.h"
 
+#include <algorithm>
 #include <deque>
+#include <limits>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/buffer_pool.h"
+#include "engine/core/shape.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/tensor_proto.h"
@@ -59,6 +62,7 @@ class Compiler {
     FoldConstants();
     PlanReleases();
     PlanDonations();
+    EstimateMemory();
     plan_->num_slots = static_cast<int>(plan_->slot_names.size());
     return std::shared_ptr<const Plan>(std::move(plan));
   }
@@ -208,9 +212,11 @@ class Compiler {
         "Dropout", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli",
         "Multinomial"};
     constexpr size_t kMaxFoldedBytes = size_t{16} << 20;
+    // What one node's evaluation may allocate: a constant ConstantOfShape / Expand / Range of absurd size is refused
+    // by the pool before it allocates (the node then runs at run time, under the session's budget).
+    constexpr int64_t kMaxFoldingBytes = int64_t{64} << 20;
     std::vector<const Tensor*> constant_of_slot(plan_->slot_names.size(), nullptr);
     for (const auto& [slot, tensor] : plan_->constants) constant_of_slot[slot] = &tensor;
-    std::shared_ptr<BufferPool> buffers = BufferPool::Create(0);
     ThreadPool& threads = ThreadPool::Default();
     std::vector<PlannedNode> kept;
     for (PlannedNode& node : plan_->nodes) {
@@ -222,6 +228,8 @@ class Compiler {
       }
       std::vector<Tensor> outputs(node.outputs.size());
       if (foldable) {
+        std::shared_ptr<BufferPool> buffers =
+            BufferPool::Create(0, MemoryBudget::Create(kMaxFoldingBytes, "constant folding budget"));
         std::vector<Tensor*> output_pointers;
         for (size_t i = 0; i < outputs.size(); ++i) {
           output_pointers.push_back(node.outputs[i] >= 0 ? &outputs[i] : nullptr);
@@ -275,6 +283,68 @@ class Compiler {
     for (int slot = 0; slot < num_slots; ++slot) {
       if (!keep[slot] && last_use[slot] >= 0) {
         plan_->nodes[last_use[slot]].release_after.push_back(slot);
+      }
+    }
+  }
+
+  // The static byte size of every slot with a known shape (graph inputs, outputs, value_info of shape inference,
+  // constants); -1 where unknown. Saturates at INT64_MAX.
+  std::vector<int64_t> StaticSlotBytes() const {
+    std::vector<int64_t> bytes(plan_->slot_names.size(), -1);
+    auto size_of = [](const onnx::TypeProto& type) -> int64_t {
+      if (!type.has_tensor_type() || !type.tensor_type().has_shape()) return -1;
+      absl::StatusOr<DataType> dtype = DataTypeFromOnnx(type.tensor_type().elem_type());
+      if (!dtype.ok() || ElementSize(*dtype) == 0) return -1;
+      int64_t count = 1;
+      for (const auto& dim : type.tensor_type().shape().dim()) {
+        if (!dim.has_dim_value() || dim.dim_value() < 0) return -1;
+        if (!CheckedMul(count, dim.dim_value(), &count)) return std::numeric_limits<int64_t>::max();
+      }
+      int64_t total = 0;
+      return CheckedMul(count, static_cast<int64_t>(ElementSize(*dtype)), &total) ? total
+                                                                                    : std::numeric_limits<int64_t>::max();
+    };
+    for (const auto* infos : {&graph_.input(), &graph_.output(), &graph_.value_info()}) {
+      for (const auto& info : *infos) {
+        auto it = slot_by_name_.find(info.name());
+        if (it != slot_by_name_.end() && bytes[it->second] < 0) bytes[it->second] = size_of(info.type());
+      }
+    }
+    for (const auto& [slot, tensor] : plan_->constants) bytes[slot] = static_cast<int64_t>(tensor.byte_size());
+    return bytes;
+  }
+
+  static int64_t SaturatingAdd(int64_t a, int64_t b) {
+    return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
+  }
+
+  // PlanMemory (plan.h): the schedule walked with the executor's allocations and releases.
+  void EstimateMemory() {
+    const std::vector<int64_t> bytes = StaticSlotBytes();
+    auto pooled = [&](int slot) -> int64_t {
+      if (bytes[slot] < 0) return 0;
+      if (bytes[slot] > (int64_t{1} << 62)) return std::numeric_limits<int64_t>::max();
+      return static_cast<int64_t>(BufferPool::BucketCapacity(static_cast<size_t>(bytes[slot])));
+    };
+    PlanMemory& memory = plan_->memory;
+    for (const GraphValue& input : plan_->inputs) {
+      memory.input_bytes = SaturatingAdd(memory.input_bytes, std::max<int64_t>(bytes[input.slot], 0));
+    }
+    for (const auto& [slot, tensor] : plan_->constants) {
+      memory.constant_bytes = SaturatingAdd(memory.constant_bytes, bytes[slot]);
+    }
+    std::vector<bool> allocated(bytes.size(), false);
+    int64_t live = 0;
+    for (const PlannedNode& node : plan_->nodes) {
+      for (int slot : node.outputs) {
+        if (slot < 0) continue;
+        if (bytes[slot] < 0) ++memory.unknown_sizes;
+        allocated[slot] = true;
+        live = SaturatingAdd(live, pooled(slot));
+      }
+      memory.peak_bytes = std::max(memory.peak_bytes, live);
+      for (int slot : node.release_after) {
+        if (allocated[slot] && live != std::numeric_limits<int64_t>::max()) live -= pooled(slot);
       }
     }
   }

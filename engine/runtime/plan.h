@@ -36,6 +36,19 @@ struct PlannedNode {
   std::vector<int> release_after;
 };
 
+// What a plan needs in memory, computed by Compile from the shapes shape inference gave every value (the loader
+// runs it strictly; traind's artifacts have static shapes), before anything runs: the executor's pool bytes
+// (bucket capacities) held at once by intermediates and outputs, walking the schedule with its releases. Values
+// that alias an input (Identity, Reshape, Squeeze, Unsqueeze, Flatten) count as fresh buffers, so the figure is an
+// upper bound for them; kernel scratch (oneDNN's) is not counted, nor values without a static size
+// (`unknown_sizes`): the pool's budget bounds those at run time. Sizes saturate at INT64_MAX.
+struct PlanMemory {
+  int64_t peak_bytes = 0;
+  int64_t input_bytes = 0;     // graph inputs, by their declared shapes (unknown dims count as 0)
+  int64_t constant_bytes = 0;  // initializers and folded constants, owned by the plan
+  int unknown_sizes = 0;
+};
+
 struct Plan {
   int num_slots = 0;
   std::vector<GraphValue> inputs;   // Graph inputs that are not initializers, in model order.
@@ -51,6 +64,7 @@ struct Plan {
     int position = -1;
   };
   std::vector<DonationTarget> donation_targets;
+  PlanMemory memory;
 
   // -1 if absent. Not for the hot path: resolve names once, then run by index.
   int InputIndex(const std::string& name) const;

@@ -1,5 +1,7 @@
 #include "engine/runtime/session.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 
@@ -8,12 +10,32 @@ namespace traind::engine {
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(const onnx::ModelProto& model,
                                                          const SessionOptions& options) {
   TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, Compile(model));
-  if (options.make_executor) {
-    TRAIND_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor, options.make_executor(plan, model));
-    return std::make_unique<Session>(std::move(plan), std::move(executor));
+  MemoryReservation constants;
+  std::shared_ptr<BufferPool> buffers;
+  if (options.memory_budget != nullptr) {
+    const PlanMemory& memory = plan->memory;
+    TRAIND_ASSIGN_OR_RETURN(constants, MemoryReservation::Make(options.memory_budget, memory.constant_bytes,
+                                                               "the model's constants"));
+    const int64_t peak = memory.peak_bytes > std::numeric_limits<int64_t>::max() - options.extra_resident_bytes
+                             ? std::numeric_limits<int64_t>::max()
+                             : memory.peak_bytes + options.extra_resident_bytes;
+    if (!options.make_executor) {
+      TRAIND_RETURN_IF_ERROR(options.memory_budget->CheckFits(
+          peak, absl::StrCat("running the model (its plan's peak by the shapes shape inference gave ",
+                             plan->nodes.size(), " nodes", memory.unknown_sizes > 0
+                                 ? absl::StrCat(", ", memory.unknown_sizes, " values of unknown size not counted")
+                                 : std::string(),
+                             ")")));
+    }
+    buffers = BufferPool::Create(size_t{1} << 30, options.memory_budget);
   }
-  return std::make_unique<Session>(
-      std::move(plan), std::make_unique<CpuExecutor>(options.threads, nullptr, options.random_seed));
+  std::unique_ptr<Executor> executor;
+  if (options.make_executor) {
+    TRAIND_ASSIGN_OR_RETURN(executor, options.make_executor(plan, model, std::move(buffers)));
+  } else {
+    executor = std::make_unique<CpuExecutor>(options.threads, std::move(buffers), options.random_seed);
+  }
+  return std::make_unique<Session>(std::move(plan), std::move(executor), std::move(constants));
 }
 
 absl::StatusOr<NamedTensors> Session::Run(const NamedTensors& inputs) const {

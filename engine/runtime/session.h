@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/core/memory_budget.h"
 #include "engine/runtime/cpu_executor.h"
 #include "engine/runtime/plan.h"
 
@@ -24,10 +25,20 @@ struct SessionOptions {
   ThreadPool* threads = nullptr;
   // Non-zero: random draws (Dropout without a seed attribute) repeat exactly across sessions with this seed.
   uint64_t random_seed = 0;
+  // Null: unlimited. Otherwise the plan's constants are counted against it, Create refuses a plan whose peak
+  // (PlanMemory) does not fit what is left, and every run allocates from a pool bound to it (kResourceExhausted
+  // before an allocation that does not fit). Several sessions may share one budget.
+  std::shared_ptr<MemoryBudget> memory_budget;
+  // Added to the plan's peak in Create's check: memory the caller will hold while runs allocate (the previous
+  // step's gradients of a training model).
+  int64_t extra_resident_bytes = 0;
   // Makes the executor for the compiled plan of `model` (the validated model it was compiled from), e.g. the GPU
-  // executor (engine/gpu/gpu_executor.h); unset: a CpuExecutor with the threads and seed above.
-  std::function<absl::StatusOr<std::unique_ptr<Executor>>(std::shared_ptr<const Plan> plan,
-                                                          const onnx::ModelProto& model)>
+  // executor (engine/gpu/gpu_executor.h); unset: a CpuExecutor with the threads and seed above. `host_buffers` is
+  // the pool bound to memory_budget (null without one) for what the executor allocates on the host. With a
+  // made executor Create counts the constants against the budget but does not check the plan's peak against it:
+  // that executor's intermediates live in device memory, which has its own limit.
+  std::function<absl::StatusOr<std::unique_ptr<Executor>>(
+      std::shared_ptr<const Plan> plan, const onnx::ModelProto& model, std::shared_ptr<BufferPool> host_buffers)>
       make_executor;
 };
 
@@ -36,8 +47,9 @@ class Session {
   // `model` must come from LoadModelFromBytes/File (validated). Uses a CpuExecutor unless options.make_executor.
   static absl::StatusOr<std::unique_ptr<Session>> Create(const onnx::ModelProto& model,
                                                          const SessionOptions& options = {});
-  Session(std::shared_ptr<const Plan> plan, std::unique_ptr<Executor> executor)
-      : plan_(std::move(plan)), executor_(std::move(executor)) {}
+  Session(std::shared_ptr<const Plan> plan, std::unique_ptr<Executor> executor,
+          MemoryReservation constants = MemoryReservation())
+      : plan_(std::move(plan)), executor_(std::move(executor)), constants_(std::move(constants)) {}
 
   const Plan& plan() const { return *plan_; }
   // For benchmarks and diagnostics (profiles, pool statistics).
@@ -57,6 +69,7 @@ class Session {
  private:
   std::shared_ptr<const Plan> plan_;
   std::unique_ptr<Executor> executor_;
+  MemoryReservation constants_;  // the plan's constants, in the budget
 };
 
 }  // namespace traind::engine

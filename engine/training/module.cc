@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/autodiff/gradient_builder.h"
+#include "engine/core/shape.h"
 #include "engine/core/status_macros.h"
 #include "engine/gpu/gpu_executor.h"
 #include "engine/io/file_util.h"
@@ -149,21 +151,51 @@ SessionOptions Module::session_options() const {
   SessionOptions session;
   session.threads = threads_.get();
   session.random_seed = options_.random_seed;
+  session.memory_budget = budget_;
   if (gpu_stream_ != nullptr) {
     gpu::GpuExecutorOptions gpu_options;
     gpu_options.stream = gpu_stream_;
     gpu_options.threads = threads_.get();
     gpu_options.random_seed = options_.random_seed;
     gpu_options.cpu_ops = options_.gpu_cpu_ops;
-    session.make_executor = [gpu_options](std::shared_ptr<const Plan> plan, const onnx::ModelProto& model)
+    session.make_executor = [gpu_options](std::shared_ptr<const Plan> plan, const onnx::ModelProto& model,
+                                          std::shared_ptr<BufferPool> host_buffers)
         -> absl::StatusOr<std::unique_ptr<Executor>> {
+      gpu::GpuExecutorOptions with_buffers = gpu_options;
+      with_buffers.host_buffers = std::move(host_buffers);
       TRAIND_ASSIGN_OR_RETURN(std::unique_ptr<gpu::GpuExecutor> executor,
-                              gpu::GpuExecutor::Create(std::move(plan), model, gpu_options));
+                              gpu::GpuExecutor::Create(std::move(plan), model, std::move(with_buffers)));
       return std::unique_ptr<Executor>(std::move(executor));
     };
   }
   return session;
 }
+
+namespace {
+
+// Bytes of a tensor's dtype and shape (a nominal parameter has no buffer yet); INT64_MAX when absurd.
+int64_t DeclaredBytes(const Tensor& tensor) {
+  absl::StatusOr<int64_t> count = ElementCount(tensor.shape());
+  int64_t bytes = 0;
+  if (!count.ok() || !CheckedMul(*count, static_cast<int64_t>(ElementSize(tensor.dtype())), &bytes)) {
+    return std::numeric_limits<int64_t>::max();
+  }
+  return bytes;
+}
+
+int64_t SumOfBytes(const std::vector<Parameter>& parameters, bool trainable_only) {
+  int64_t total = 0;
+  for (const Parameter& parameter : parameters) {
+    if (trainable_only && !parameter.requires_grad) continue;
+    const int64_t bytes = DeclaredBytes(parameter.data);
+    total = bytes > std::numeric_limits<int64_t>::max() - total ? std::numeric_limits<int64_t>::max() : total + bytes;
+  }
+  return total;
+}
+
+}  // namespace
+
+int64_t Module::GradientBytes() const { return SumOfBytes(state_->parameters, /*trainable_only=*/true); }
 
 absl::StatusOr<std::unique_ptr<Module>> Module::Create(const onnx::ModelProto& training_model,
                                                        const onnx::ModelProto* eval_model, CheckpointState* state,
@@ -212,6 +244,12 @@ absl::Status Module::Initialize(const onnx::ModelProto& training_model, const on
     parameter_names_.push_back(parameter.name);
     if (parameter.requires_grad) trainable_names_.push_back(parameter.name);
   }
+  if (options_.memory_budget_bytes > 0) {
+    budget_ = MemoryBudget::Create(options_.memory_budget_bytes);
+    TRAIND_ASSIGN_OR_RETURN(parameters_memory_,
+                            MemoryReservation::Make(budget_, SumOfBytes(state_->parameters, /*trainable_only=*/false),
+                                                    "the checkpoint's parameters"));
+  }
   for (const auto& entry : training_model.metadata_props()) no_loss_ |= entry.key() == kDifferentiatedOutputsMetadata;
   TRAIND_RETURN_IF_ERROR(CompileModel(training_model, Role::kTrain, train_));
   if (eval_model != nullptr) TRAIND_RETURN_IF_ERROR(CompileModel(*eval_model, Role::kEval, eval_));
@@ -237,7 +275,13 @@ absl::Status Module::CompileModel(onnx::ModelProto model, Role role, CompiledMod
   const bool training = role == Role::kTrain || role == Role::kBackwardPart;
   const bool statistics = role == Role::kTrain || role == Role::kForwardPart;
   const bool loss_first = (role == Role::kTrain || role == Role::kEval) && !no_loss_;
-  TRAIND_ASSIGN_OR_RETURN(compiled.session, Session::Create(model, session_options()));
+  SessionOptions options = session_options();
+  options.extra_resident_bytes = GradientBytes();  // the gradients held from the last TrainStep
+  absl::StatusOr<std::unique_ptr<Session>> session = Session::Create(model, options);
+  if (!session.ok()) {
+    return absl::Status(session.status().code(), absl::StrCat("the ", what, " model: ", session.status().message()));
+  }
+  compiled.session = *std::move(session);
   compiled.model = std::move(model);
   const Plan& plan = compiled.session->plan();
 
@@ -1190,6 +1234,16 @@ absl::Status Optimizer::Initialize(const onnx::ModelProto& optimizer_model, cons
   // everything before its first write, so a failed step changes nothing. A model of several nodes (ONNX's standard
   // optimizer ops, or an uploaded model) could fail after a write; its results are copied back after the run.
   if (plan.nodes.size() == 1) donated_inputs_ = std::move(updated_inputs);
+  if (module_->memory_budget() != nullptr) {
+    const int64_t per_state = module_->GradientBytes();
+    const int64_t states = static_cast<int64_t>(state_names_.size());
+    TRAIND_ASSIGN_OR_RETURN(
+        state_memory_, MemoryReservation::Make(module_->memory_budget(),
+                                               states > 0 && per_state > std::numeric_limits<int64_t>::max() / states
+                                                   ? std::numeric_limits<int64_t>::max()
+                                                   : per_state * states,
+                                               "the optimizer state"));
+  }
   return EnsureState();
 }
 

@@ -67,6 +67,12 @@ struct ModuleOptions {
   int64_t gpu_memory_limit_bytes = 0;
   // Op types the GPU executor keeps on the CPU (mixed placement in tests; a workaround for a driver).
   std::vector<std::string> gpu_cpu_ops;
+  // > 0: everything this Module and its Optimizer hold or allocate counts against one budget of this many bytes
+  // (engine/core/memory_budget.h): the parameters, the gradients, the optimizer state, the plans' constants and every
+  // run's intermediates. Creation refuses (kResourceExhausted, naming the limit) when the parameters and a plan's
+  // peak (PlanMemory, from shape inference) cannot fit; a run refuses an allocation that does not fit before making
+  // it. 0: unlimited.
+  int64_t memory_budget_bytes = 0;
 };
 
 namespace gpu {
@@ -254,6 +260,10 @@ class Module {
   // InvalidArgument unless `candidate` could replace the state: the same parameters (names, order, dtypes, shapes,
   // requires_grad), each with data.
   absl::Status CheckReplacement(const CheckpointState& candidate) const;
+  // The budget of ModuleOptions::memory_budget_bytes (null when unlimited), shared with the Optimizer.
+  const std::shared_ptr<MemoryBudget>& memory_budget() const { return budget_; }
+  // Bytes of the trainable parameters' gradients (held between steps).
+  int64_t GradientBytes() const;
   // False when a TrainStep since the last reset produced a non-finite loss or BatchNormalization statistic: the
   // accumulated gradients must not be applied even if they happen to be finite.
   bool accumulated_steps_finite() const { return accumulated_steps_finite_; }
@@ -308,6 +318,8 @@ class Module {
   ModuleOptions options_;
   std::unique_ptr<ThreadPool> threads_;  // null: ThreadPool::Default()
   std::shared_ptr<gpu::Stream> gpu_stream_;  // set for ExecutorKind::kGpu
+  std::shared_ptr<MemoryBudget> budget_;  // null: unlimited
+  MemoryReservation parameters_memory_;
   bool training_mode_ = true;
   bool pending_reset_ = true;
   bool accumulated_steps_finite_ = true;
@@ -406,6 +418,7 @@ class Optimizer {
   std::vector<std::string> parameter_names_;  // trainable parameters, model order
   std::vector<int> parameter_indices_;        // their checkpoint indices
   std::vector<int> donated_inputs_;           // plan inputs updated in place (parameters, states), see Initialize
+  MemoryReservation state_memory_;            // the optimizer state tensors, in the module's budget
 };
 
 // Loads a checkpoint into a live Module (and its Optimizer, which may be null): `candidate` replaces
