@@ -131,7 +131,8 @@ absl::StatusOr<std::unique_ptr<Session>> GpuSession(const onnx::ModelProto& mode
                                                     Placement* placement) {
   TRAIND_ASSIGN_OR_RETURN(onnx::ModelProto validated, LoadModelFromBytes(model.SerializeAsString()));
   SessionOptions options;
-  options.make_executor = [stream, placement](std::shared_ptr<const Plan> plan, const onnx::ModelProto& compiled)
+  options.make_executor = [stream, placement](std::shared_ptr<const Plan> plan, const onnx::ModelProto& compiled,
+                                              std::shared_ptr<BufferPool> /*host_buffers: no budget here*/)
       -> absl::StatusOr<std::unique_ptr<Executor>> {
     GpuExecutorOptions gpu;
     gpu.stream = stream;

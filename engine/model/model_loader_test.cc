@@ -375,6 +375,7 @@ TEST(ModelLoaderTest, ExternalDataFromListedFilesOnly) {
   model.mutable_graph()->mutable_initializer(0)->mutable_external_data()->DeleteSubrange(0, 3);
   EXPECT_EQ(LoadModelFromBytes(model.SerializeAsString(), options).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
 
 // A FIFO blocks open() until a writer comes: external data and model files that are FIFOs (or devices) must be
 // refused at once, never waited on.
