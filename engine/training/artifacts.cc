@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/autodiff/gradient_builder.h"
+#include "engine/core/shape.h"
 #include "engine/core/status_macros.h"
 #include "engine/io/file_util.h"
 #include "engine/model/model_loader.h"
@@ -80,6 +81,28 @@ TypeMap InferTypes(const onnx::ModelProto& forward) {
   }
   for (const auto& initializer : graph.initializer()) types[initializer.name()] = TypeOfInitializer(initializer);
   return types;
+}
+
+// Shape inference multiplies what a client declared: a few hundred bytes of model (ConstantOfShape of a huge
+// constant, Concat doubling 40 times) infer values of astronomic sizes, whose dims may even have wrapped negative.
+// Refused here, naming the limit, before any model is built from them (the generated models would carry them).
+absl::Status CheckInferredSizes(const TypeMap& types) {
+  // The loader's limit for a tensor: what the generated models must pass when they are loaded again.
+  const int64_t limit = ModelLimits().max_tensor_elements;
+  for (const auto& [name, type] : types) {
+    if (!type.has_tensor_type() || !type.tensor_type().has_shape()) continue;
+    int64_t elements = 1;
+    for (const auto& dim : type.tensor_type().shape().dim()) {
+      if (!dim.has_dim_value()) continue;
+      if (dim.dim_value() < 0 || !CheckedMul(elements, dim.dim_value(), &elements) ||
+          elements > limit) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("value '", name, "' would hold more than the limit of ", limit,
+                         " elements (shape inference gives it a dim of ", dim.dim_value(), ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 bool IsBatchNormalization(const onnx::NodeProto& node) {
@@ -1179,6 +1202,7 @@ absl::StatusOr<GradientCoverageReport> AnalyzeGradientCoverage(const onnx::Model
 
 absl::StatusOr<Artifacts> GenerateArtifacts(const onnx::ModelProto& forward, const ArtifactOptions& requested) {
   const TypeMap types = InferTypes(forward);
+  TRAIND_RETURN_IF_ERROR(CheckInferredSizes(types));
   TRAIND_ASSIGN_OR_RETURN(const ArtifactOptions options, Resolve(forward, requested, types));
   TRAIND_ASSIGN_OR_RETURN(Parameters parameters, ClassifyParameters(forward, options));
   TRAIND_RETURN_IF_ERROR(CheckPenalized(options.optimizer, parameters));

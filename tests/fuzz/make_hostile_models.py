@@ -602,11 +602,13 @@ def bombs():
                                     [f32("x", [2])], [f32("y", [2])],
                                     [init("a", np.array(0, np.int64)), init("b", np.array(2 ** 40, np.int64)), init("d", np.array(1, np.int64))]),
          "resource")
-    emit("range-float-tiny-delta", "bomb", make([helper.make_node("Range", ["a", "b", "d"], ["r"]),
+    # Constants, not initializers: float initializers would be trainable parameters that the loss does not depend on.
+    def const(name, value):
+        return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, TensorProto.FLOAT, [], [value]))
+    emit("range-float-tiny-delta", "bomb", make([const("a", 0.0), const("b", 1.0), const("d", 1e-12),
+                                                 helper.make_node("Range", ["a", "b", "d"], ["r"]),
                                                  helper.make_node("ReduceSum", ["r"], ["s"], keepdims=0), helper.make_node("Add", ["x", "s"], ["y"])],
-                                                [f32("x", [2])], [f32("y", [2])],
-                                                [init("a", np.array(0, np.float32)), init("b", np.array(1, np.float32)),
-                                                 init("d", np.array(1e-12, np.float32))]), "resource")
+                                                [f32("x", [2])], [f32("y", [2])]), "resource")
     emit("pad-huge", "bomb", make([helper.make_node("Pad", ["x", "p"], ["q"]), helper.make_node("ReduceSum", ["q"], ["y"], keepdims=0)],
                                   [f32("x", [2, 2])], [f32("y", [])], [init("p", np.array([0, 0, 2 ** 20, 2 ** 20], np.int64))]),
          "resource")

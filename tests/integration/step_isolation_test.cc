@@ -56,6 +56,7 @@ std::string HostageModel() {
   initializer("zero", onnx::TensorProto::INT64, {}, {}, {0});
   initializer("one", onnx::TensorProto::INT64, {}, {}, {1});
   initializer("nothing", onnx::TensorProto::FLOAT, {}, {0.0f}, {});
+  initializer("scalar_shape", onnx::TensorProto::INT64, {0}, {}, {});
   auto node = [graph](const char* op, std::vector<std::string> inputs, const std::string& output) {
     onnx::NodeProto* added = graph->add_node();
     added->set_op_type(op);
@@ -70,11 +71,20 @@ std::string HostageModel() {
   to->set_name("to");
   to->set_type(onnx::AttributeProto::INT);
   to->set_i(onnx::TensorProto::FLOAT);
-  node("ReduceSum", {"rf"}, "rs");
+  // keepdims=0: scalars whatever the client's n and s, so that shape inference knows every rank (gradients need them).
+  auto reduce_to_scalar = [&node](const char* input, const char* output) {
+    onnx::AttributeProto* keepdims = node("ReduceSum", {input}, output)->add_attribute();
+    keepdims->set_name("keepdims");
+    keepdims->set_type(onnx::AttributeProto::INT);
+    keepdims->set_i(0);
+  };
+  reduce_to_scalar("rf", "rs");
   node("Reshape", {"x", "s"}, "q");
-  node("ReduceSum", {"q"}, "qs");
+  reduce_to_scalar("q", "qs");
   node("Add", {"rs", "qs"}, "t");
-  node("Mul", {"t", "nothing"}, "tz");
+  // Shape inference cannot follow n and s; a Reshape to the constant shape [] makes the term's rank known.
+  node("Reshape", {"t", "scalar_shape"}, "ts");
+  node("Mul", {"ts", "nothing"}, "tz");
   node("Add", {"xw", "tz"}, "y");
   return model.SerializeAsString();
 }

@@ -26,7 +26,9 @@ export keeps, so merge_lora finds them again in the trained, exported model and 
 """
 
 import json
+import os
 import re
+import tempfile
 
 import numpy as np
 
@@ -59,10 +61,47 @@ def _attribute(node, name, default):
     return default
 
 
-def add_lora(model, targets, rank=8, alpha=16.0, *, seed=0):
+
+def _has_external_data(model):
+    onnx = _onnx()
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+
+
+def _check(model, base_dir):
+    """onnx's checker on the edited model. Its external data files are named relative to the model's folder, which
+    a ModelProto does not know: with `base_dir` (that folder) the model is checked as a file written there (the
+    checker then finds the data files); without it, a model with external data is checked by the checker's
+    graph rules only, its external tensors left to the loader that reads them."""
+    onnx = _onnx()
+    if not _has_external_data(model):
+        onnx.checker.check_model(model)
+        return
+    if base_dir is not None:
+        handle, path = tempfile.mkstemp(suffix=".onnx", dir=base_dir)
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(model.SerializeToString())
+            onnx.checker.check_model(path)
+        finally:
+            os.remove(path)
+        return
+    shallow = onnx.ModelProto()
+    shallow.CopyFrom(model)
+    for tensor in shallow.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            # Stand-in data of the right size is not needed by the graph rules: an empty tensor of the same type.
+            del tensor.external_data[:]
+            tensor.data_location = onnx.TensorProto.DEFAULT
+            del tensor.dims[:]
+            tensor.dims.append(0)
+    onnx.checker.check_model(shallow)
+
+def add_lora(model, targets, rank=8, alpha=16.0, *, seed=0, base_dir=None):
     """Returns (adapted copy of `model`, the adapter initializers' names to train). `targets`: weight names (see
     find_targets). ValueError for a name that is no float initializer, or one some node reads other than as a
-    MatMul's second input or a Gemm's B, for rank < 1, and for a model already adapted."""
+    MatMul's second input or a Gemm's B, for rank < 1, and for a model already adapted. `base_dir`: the folder of a
+    model whose weights are external data, so that onnx's checker reads them too (without it they are not checked
+    here)."""
     onnx = _onnx()
     from onnx import helper, numpy_helper
 
@@ -144,14 +183,15 @@ def add_lora(model, targets, rank=8, alpha=16.0, *, seed=0):
     del graph.node[:]
     graph.node.extend(new_nodes)
     adapted.metadata_props.append(onnx.StringStringEntryProto(key=METADATA_KEY, value=json.dumps(entries)))
-    onnx.checker.check_model(adapted)
+    _check(adapted, base_dir)
     return adapted, trainable
 
 
-def merge_lora(model):
+def merge_lora(model, *, base_dir=None):
     """A copy of `model` (add_lora's, possibly trained and exported) with every adapter folded into its weight
     (op(W) + scaling * A @ B, in float64 then rounded to float32) and the adapter nodes, initializers and metadata
-    removed. ValueError when the model has no adapters or they are not where add_lora put them."""
+    removed. ValueError when the model has no adapters or they are not where add_lora put them. `base_dir`: as for
+    add_lora."""
     onnx = _onnx()
     from onnx import numpy_helper
 
@@ -206,5 +246,5 @@ def merge_lora(model):
     props = [p for p in merged.metadata_props if p.key != METADATA_KEY]
     del merged.metadata_props[:]
     merged.metadata_props.extend(props)
-    onnx.checker.check_model(merged)
+    _check(merged, base_dir)
     return merged
