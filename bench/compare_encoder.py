@@ -25,15 +25,23 @@ sys.path.insert(0, HERE)
 from compare_train import loadavg, run_measured, wait_quiet  # noqa: E402 (the same measurement as there)
 
 ROOT = os.path.dirname(HERE)
-# traind_client from the source tree, with the stubs Bazel generated.
-sys.path.insert(0, os.path.join(ROOT, "bazel-bin", "client", "python"))
-sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+
+
+def load_lora():
+    """traind_client.lora from the source tree. It needs only onnx and numpy, so it is loaded on its own: the package
+    itself needs the gRPC stubs that only Bazel's runfiles put beside it."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "traind_client_lora", os.path.join(ROOT, "client", "python", "traind_client", "lora.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def prepare(work, layers, rank, alpha):
     """<work>/L<layers>/: the exported model, its LoRA version and the adapters' names."""
     import onnx
-    from traind_client import lora
+    lora = load_lora()
 
     directory = os.path.join(work, f"L{layers}")
     lora_model = os.path.join(directory, "model_lora.onnx")

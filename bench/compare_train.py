@@ -7,9 +7,9 @@ and AdamW settings (models/manifest.json), so both see the same background load;
 medians (median over repeats), their ratio, peak memory, and how many cores other processes used meanwhile.
 
     bazel build -c opt //bench:train_bench
-    /usr/bin/python3 bench/compare_train.py --torch-bench /work/shared/bench/torch_train_bench.py \\
-        --models /work/shared/bench/models [--only mlp cnn] [--threads 2] [--repeats 3] [--min-time 3]
-    /usr/bin/python3 bench/compare_train.py --check --models /work/shared/bench/models   # correctness only
+    /usr/bin/python3 bench/compare_train.py --torch-bench ../shared/bench/torch_train_bench.py \\
+        --models ../shared/bench/models [--only mlp cnn] [--threads 2] [--repeats 3] [--min-time 3]
+    /usr/bin/python3 bench/compare_train.py --check --models ../shared/bench/models   # correctness only
     /usr/bin/python3 bench/compare_train.py --check --device gpu ...   # the same on the OpenCL GPU executor
 
 --check runs 6 AdamW steps with --dump and compares: the first step's loss with ref_loss_fp64, every gradient
@@ -28,6 +28,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The reference models and PyTorch peer: ../shared/bench beside the repository (never needed by the product).
+SHARED_BENCH = os.path.join(HERE, "..", "..", "shared", "bench")
 ORDER = ["mlp", "cnn", "resnet8", "transformer", "linreg"]
 
 
@@ -139,9 +141,9 @@ def check(args, manifest):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-bench", default=os.path.join(HERE, "..", "bazel-bin", "bench", "train_bench"))
-    ap.add_argument("--torch-bench", default="/work/shared/bench/torch_train_bench.py",
+    ap.add_argument("--torch-bench", default=os.path.join(SHARED_BENCH, "torch_train_bench.py"),
                     help="PyTorch's torch_train_bench.py (run with this Python)")
-    ap.add_argument("--models", default="/work/shared/bench/models")
+    ap.add_argument("--models", default=os.path.join(SHARED_BENCH, "models"))
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)

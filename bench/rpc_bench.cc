@@ -1,7 +1,8 @@
 // rpc_bench: what the RPC path costs. A training step through a real traind daemon over loopback gRPC (TrainStep:
 // forward + backward + optimizer step + lazy reset, with the batch in the request) side by side with the same step
 // in process (Module + Optimizer, as train_bench), in alternating rounds of one run; then the total steps/s of 1, 2
-// and 4 sessions stepping at once, each driven by its own client.
+// and 4 sessions stepping at once, each driven by its own client. Also TrainStream with batches in flight (the
+// next batch travels while the current step computes), the path of a client streaming a dataset.
 //
 //   bazel run -c opt //bench:rpc_bench -- --model=M.onnx --input=input=x.npy --target=target=y.npy
 //       [--loss=cross_entropy|mse] [--threads=2] [--rounds=5] [--min_time=1] [--sessions=1,2,4] [--json]
@@ -44,6 +45,7 @@ ABSL_FLAG(std::string, loss, "cross_entropy", "cross_entropy | mse (first model 
 ABSL_FLAG(int, threads, 2, "Intra-op threads of the in-process Module and of each daemon session.");
 ABSL_FLAG(int, rounds, 5, "Alternating rounds of in-process and RPC timing.");
 ABSL_FLAG(double, min_time, 1.0, "Seconds per round and per side, at least.");
+ABSL_FLAG(int, stream_window, 2, "Batches in flight on the TrainStream measurement.");
 ABSL_FLAG(int, warmup, 10, "Untimed steps before each side's first round.");
 ABSL_FLAG(std::vector<std::string>, sessions, std::vector<std::string>({"1", "2", "4"}),
           "Concurrent session counts for the throughput part.");
@@ -163,6 +165,34 @@ class Remote {
     return FromGrpc(stub_->TrainStep(&context, request_, &response), "TrainStep");
   }
 
+  // TrainStream with `window` batches in flight, what a client streaming a dataset does: the next batch travels
+  // while the daemon computes the current step. Steps until `min_time` has passed (and at least 5); returns the
+  // milliseconds between consecutive answers (the steady-state cost of a step).
+  absl::StatusOr<std::vector<double>> StreamSteps(double min_time, int window) {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::TrainStepRequest, v1::TrainStreamResponse>> stream =
+        stub_->TrainStream(&context);
+    int64_t sent = 0, received = 0;
+    while (sent < window && stream->Write(request_)) ++sent;
+    std::vector<double> ms;
+    const Clock::time_point start = Clock::now();
+    Clock::time_point last = start;
+    bool writing = true;
+    v1::TrainStreamResponse response;
+    while (received < sent && stream->Read(&response)) {
+      ++received;
+      const Clock::time_point now = Clock::now();
+      if (received > 1) ms.push_back(1e3 * std::chrono::duration<double>(now - last).count());
+      last = now;
+      writing = writing && (ms.size() < 5 || std::chrono::duration<double>(now - start).count() < min_time);
+      if (writing && stream->Write(request_)) ++sent;
+    }
+    stream->WritesDone();
+    TRAIND_RETURN_IF_ERROR(FromGrpc(stream->Finish(), "TrainStream"));
+    if (received != sent) return absl::InternalError("TrainStream ended before answering every batch");
+    return ms;
+  }
+
  private:
   Remote() = default;
   std::unique_ptr<v1::TrainingService::Stub> stub_;
@@ -238,16 +268,21 @@ int Main() {
     if (absl::Status s = local_step(); !s.ok()) return Fail(s);
     if (absl::Status s = remote_step(); !s.ok()) return Fail(s);
   }
-  std::vector<double> local_ms, remote_ms;
+  std::vector<double> local_ms, remote_ms, stream_ms;
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     absl::StatusOr<std::vector<double>> a = TimeSteps(local_step, absl::GetFlag(FLAGS_min_time));
     if (!a.ok()) return Fail(a.status());
     absl::StatusOr<std::vector<double>> b = TimeSteps(remote_step, absl::GetFlag(FLAGS_min_time));
     if (!b.ok()) return Fail(b.status());
+    absl::StatusOr<std::vector<double>> c =
+        (*remote)->StreamSteps(absl::GetFlag(FLAGS_min_time), std::max(1, absl::GetFlag(FLAGS_stream_window)));
+    if (!c.ok()) return Fail(c.status());
     local_ms.insert(local_ms.end(), a->begin(), a->end());
     remote_ms.insert(remote_ms.end(), b->begin(), b->end());
+    stream_ms.insert(stream_ms.end(), c->begin(), c->end());
   }
   const double local_median = engine::Median(local_ms), remote_median = engine::Median(remote_ms);
+  const double stream_median = engine::Median(stream_ms);
 
   // Throughput of N sessions at once, each with its own client (channel) and thread.
   std::map<int, double> steps_per_second;
@@ -298,13 +333,17 @@ int Main() {
       absl::StrAppend(&throughput, throughput.empty() ? "" : ", ", "\"", count, "\": ", rate);
     }
     std::printf("{\"model\": \"%s\", \"threads\": %d, \"in_process_ms\": %.4f, \"rpc_ms\": %.4f, \"ratio\": %.4f, "
-                "\"overhead_us\": %.1f, \"steps_per_second\": {%s}}\n",
+                "\"overhead_us\": %.1f, \"stream_ms\": %.4f, \"stream_ratio\": %.4f, \"steps_per_second\": {%s}}\n",
                 model.c_str(), threads, local_median, remote_median, remote_median / local_median,
-                1e3 * (remote_median - local_median), throughput.c_str());
+                1e3 * (remote_median - local_median), stream_median, stream_median / local_median,
+                throughput.c_str());
   } else {
     std::printf("model %s threads %d: in-process %.3f ms/step, over gRPC %.3f ms/step: %.3fx (+%.1f us/step)\n",
                 model.c_str(), threads, local_median, remote_median, remote_median / local_median,
                 1e3 * (remote_median - local_median));
+    std::printf("  over a TrainStream (%d batches in flight) %.3f ms/step: %.3fx (+%.1f us/step)\n",
+                std::max(1, absl::GetFlag(FLAGS_stream_window)), stream_median, stream_median / local_median,
+                1e3 * (stream_median - local_median));
     const double one = steps_per_second.count(1) ? steps_per_second[1] : 0;
     for (const auto& [count, rate] : steps_per_second) {
       std::printf("  %d session(s) at once: %.1f steps/s in total%s\n", count, rate,

@@ -8,7 +8,7 @@
 //
 // Each step is TrainingStep(): Module::TrainStep (forward + loss + backward into the gradient accumulators), then
 // Optimizer::Step and Module::LazyResetGrad — exactly one step of a daemon session's TrainStep RPC. Every step trains
-// on the same batch (as /work/shared/bench/torch_train_bench.py does). --device gpu[:N] trains on the OpenCL GPU
+// on the same batch (as ../shared/bench/torch_train_bench.py does). --device gpu[:N] trains on the OpenCL GPU
 // executor and reports the transfers between host and device per step. Reported: the median ms/step of the timed
 // steps, p10/p90, peak RSS of the process and the peak bytes the training model's buffer pool had handed out at
 // once. --dump DIR writes losses.npy (the loss before each step, warm-up included, in order), grads/<param>.npy

@@ -105,14 +105,14 @@ class PrometheusTest : public ::testing::Test {
       poller_->join();
       delete poller_;
     }
-    if (daemon_ != nullptr && !job_id_->empty()) {
+    if (daemon_ != nullptr && !job_id_.empty()) {
       ConnectionOptions options;
       options.address = daemon_->grpc_address();
       auto stub = v1::TrainingService::NewStub(*Connect(options));
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
       v1::CancelJobRequest cancel;
-      cancel.set_job_id(*job_id_);
+      cancel.set_job_id(job_id_);
       v1::Job cancelled;
       (void)stub->CancelJob(&context, cancel, &cancelled);
     }
@@ -163,7 +163,7 @@ class PrometheusTest : public ::testing::Test {
     spec.set_epochs(100000);  // still running while Prometheus looks; cancelled at the end
     v1::Job job;
     ASSERT_TRUE(call([&](auto* c, const auto& r, auto* o) { return stub->SubmitJob(c, r, o); }, spec, &job).ok());
-    job_id_ = new std::string(job.job_id());
+    job_id_ = job.job_id();
     v1::TrainStepRequest poisoned;
     poisoned.set_session_id(job.session_id());
     for (const char* name : {"input", "target"}) {
@@ -192,7 +192,7 @@ class PrometheusTest : public ::testing::Test {
     poller_ = new std::thread([stub = std::shared_ptr<v1::TrainingService::Stub>(std::move(stub)), call] {
       for (int i = 0; !stop_polling_; ++i) {
         v1::GetJobRequest get;
-        get.set_job_id(*job_id_);
+        get.set_job_id(job_id_);
         v1::Job job;
         (void)call([&](auto* c, const auto& r, auto* o) { return stub->GetJob(c, r, o); }, get, &job);
         if (i % 4 == 0) {
@@ -228,7 +228,7 @@ class PrometheusTest : public ::testing::Test {
   static inline testing::DaemonProcess* daemon_ = nullptr;
   static inline testing::ChildProcess* server_ = nullptr;
   static inline std::string* address_ = nullptr;
-  static inline std::string* job_id_ = new std::string();
+  static inline std::string job_id_;  // the training job the poller watches
   static inline std::string* skip_reason_ = nullptr;
   static inline std::thread* poller_ = nullptr;
   static inline std::atomic<bool> stop_polling_{false};
