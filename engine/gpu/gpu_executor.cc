@@ -283,4 +283,53 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const Plan& plan, absl::Spa
   return outputs;
 }
 
+absl::StatusOr<std::vector<bool>> GpuExecutor::SyncScalarCheckingFinite(
+    Tensor& scalar, absl::Span<const std::vector<Tensor>> groups) const {
+  auto only_on_device = [&](const Tensor& tensor) {
+    return tensor.dtype() == DataType::kFloat32 && !tensor.buffer()->host_current() && stream_->HoldsCopyOf(tensor);
+  };
+  const bool scalar_on_device = only_on_device(scalar) && scalar.num_elements() == 1;
+  std::vector<bool> finite(groups.size(), true);
+  std::vector<std::pair<const Tensor*, int32_t>> device_checked;  // tensor, its group
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const Tensor& tensor : groups[g]) {
+      if (only_on_device(tensor)) {
+        device_checked.emplace_back(&tensor, static_cast<int32_t>(g));
+      } else {  // On the host already, or not float32: read there.
+        TRAIND_RETURN_IF_ERROR(tensor.buffer()->SyncToHost());
+        finite[g] = finite[g] && AllFinite(tensor);
+      }
+    }
+  }
+  if (!scalar_on_device) TRAIND_RETURN_IF_ERROR(scalar.buffer()->SyncToHost());
+  if (!scalar_on_device && device_checked.empty()) return finite;
+
+  std::lock_guard<std::mutex> lock(run_mutex_);  // The kernels' arguments are set per launch.
+  if (begin_step_check_ == nullptr) {
+    TRAIND_ASSIGN_OR_RETURN(ClKernel begin, ClKernel::Create(stream_->device(), "step_check.cl", "begin_step_check"));
+    TRAIND_ASSIGN_OR_RETURN(ClKernel mark, ClKernel::Create(stream_->device(), "step_check.cl", "mark_non_finite"));
+    begin_step_check_ = std::make_unique<ClKernel>(std::move(begin));
+    mark_non_finite_ = std::make_unique<ClKernel>(std::move(mark));
+  }
+  GpuKernelContext context(*stream_, nullptr, 0, nullptr, 0);
+  const int64_t count = 1 + static_cast<int64_t>(groups.size());
+  TRAIND_ASSIGN_OR_RETURN(DeviceMemory result, stream_->Allocate(count * sizeof(float)));
+  // Without a scalar on the device the kernel reads no `scalar` (has_scalar = 0): any buffer will do.
+  TRAIND_RETURN_IF_ERROR(begin_step_check_->Launch1D(context, count,
+                                                     scalar_on_device ? stream_->MemOf(scalar) : result.mem(),
+                                                     int32_t{scalar_on_device}, result.mem(), count));
+  for (const auto& [tensor, group] : device_checked) {
+    TRAIND_RETURN_IF_ERROR(mark_non_finite_->Launch1D(context, tensor->num_elements(), stream_->MemOf(*tensor),
+                                                      tensor->num_elements(), result.mem(), 1 + group));
+  }
+  std::vector<float> values(static_cast<size_t>(count));
+  TRAIND_RETURN_IF_ERROR(stream_->Download(result.mem(), values.data(), values.size() * sizeof(float)));
+  if (scalar_on_device) {
+    TRAIND_ASSIGN_OR_RETURN(Tensor host, Tensor::FromVector<float>(scalar.shape(), {values[0]}));
+    scalar = std::move(host);
+  }
+  for (size_t g = 0; g < groups.size(); ++g) finite[g] = finite[g] && values[1 + g] == 0.0f;
+  return finite;
+}
+
 }  // namespace traind::engine::gpu

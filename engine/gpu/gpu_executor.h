@@ -77,6 +77,11 @@ class GpuExecutor : public Executor {
   // placed on the CPU never see a donation either.
   absl::StatusOr<std::vector<Tensor>> Run(const Plan& plan, absl::Span<const Tensor> inputs) const override;
 
+  // The loss and the finiteness of each group (batch statistics, gradients) in one download of 4 bytes per value
+  // where they are on this device (float32); `scalar` is then replaced by a host tensor holding the loss.
+  absl::StatusOr<std::vector<bool>> SyncScalarCheckingFinite(
+      Tensor& scalar, absl::Span<const std::vector<Tensor>> groups) const override;
+
   const Placement& placement() const { return placement_; }
   Stream& stream() const { return *stream_; }
   const std::shared_ptr<Stream>& shared_stream() const { return stream_; }
@@ -106,6 +111,8 @@ class GpuExecutor : public Executor {
     Tensor device;
   };
   mutable std::vector<SmallUpload> small_uploads_;
+  // step_check.cl's kernels, built at the first SyncScalarCheckingFinite (under run_mutex_).
+  mutable std::unique_ptr<ClKernel> begin_step_check_, mark_non_finite_;
 };
 
 }  // namespace traind::engine::gpu

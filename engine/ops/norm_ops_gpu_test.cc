@@ -1,4 +1,6 @@
 // The GPU kernels of the normalisations, their gradients and the fused optimizers against the CPU.
+#include <cmath>
+
 #include "engine/gpu/gpu_testing.h"
 #include "engine/model/traind_schemas.h"
 #include "engine/testing/op_tester.h"
@@ -89,6 +91,10 @@ TEST(OptimizerGpuTest, AdamWAndSgdMatchTheCpuWithClippingAndSkipping) {
     Optimizer(op, 0).CompareDevices(1e-6, 1e-7);
     Optimizer(op, 0.5f).CompareDevices(1e-5, 1e-7);  // clipped
     Optimizer(op, 0, NAN).CompareDevices(0, 0);       // skipped: every output is its input
+    Optimizer(op, 0, INFINITY).CompareDevices(0, 0);  // skipped
+    // Not skipped: a finite gradient whose float32 square overflows (the GPU's sum is +inf, the CPU's float64 one
+    // finite); skipped exactly when an element is not finite, which Module::GradientsCheckedFinite relies on.
+    Optimizer(op, 0, 1e30f).CompareDevices(1e-6, 1e-7);
   }
 }
 

@@ -1,12 +1,17 @@
 // traind's fused AdamW and SGD (optimizers.cc; the arithmetic of engine/training/optimizer.h's AdamWUpdate and
 // SgdUpdate, PyTorch 1.13's), float32. First the global gradient L2 norm: partial sums of squares per work group,
-// then one group adds them up and decides, on the device, whether the step is skipped (a non-finite norm) and the
-// clipping scale; the updates read that decision, so nothing comes back to the host but the `skipped` flag.
+// then one group adds them up and decides, on the device, whether the step is skipped and the clipping scale; the
+// updates read that decision, so nothing comes back to the host but the `skipped` flag (and not even that where
+// Module::TrainStep checked the gradients: Module::GradientsCheckedFinite).
+//
+// Skipped exactly when a gradient element is not finite, as on the CPU (whose float64 sum cannot overflow): a
+// non-finite element adds NaN, so the sum is NaN; the float32 squares of large finite gradients may overflow to
+// +inf, which is not a skip (the clipping scale is then 0, the CPU's float64 one a denormal at most).
 
 __kernel void sum_of_squares_partial(__global const float* g, __global float* partial, long n, long partial_offset,
                                      __local float* scratch) {
   float sum = 0.0f;
-  for (long i = get_global_id(0); i < n; i += get_global_size(0)) sum += g[i] * g[i];
+  for (long i = get_global_id(0); i < n; i += get_global_size(0)) sum += isfinite(g[i]) ? g[i] * g[i] : NAN;
   sum = group_sum(sum, scratch);
   if (get_local_id(0) == 0) partial[partial_offset + get_group_id(0)] = sum;
 }
@@ -19,7 +24,7 @@ __kernel void finish_norm(__global const float* partial, long count, __global fl
   for (long i = get_local_id(0); i < count; i += get_local_size(0)) sum += partial[i];
   sum = group_sum(sum, scratch);
   if (get_local_id(0) == 0) {
-    const bool skip = !isfinite(sum);
+    const bool skip = isnan(sum);
     state[0] = skip ? 1.0f : 0.0f;
     state[1] = max_grad_norm > 0.0f ? min(max_grad_norm / (sqrt(sum) + 1e-6f), 1.0f) : 1.0f;
     skipped[0] = skip;

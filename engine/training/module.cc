@@ -121,21 +121,6 @@ absl::Status NoLossTrainingError() {
       "these artifacts have no loss: train with Forward and Backward (or generate artifacts with a loss)");
 }
 
-bool AllFinite(const Tensor& tensor) {
-  if (tensor.dtype() == DataType::kFloat32) {
-    const float* values = tensor.data<float>();
-    for (int64_t i = 0; i < tensor.num_elements(); ++i) {
-      if (!std::isfinite(values[i])) return false;
-    }
-  } else if (tensor.dtype() == DataType::kFloat64) {
-    const double* values = tensor.data<double>();
-    for (int64_t i = 0; i < tensor.num_elements(); ++i) {
-      if (!std::isfinite(values[i])) return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 // -------------------------------------------------------------------------------------------------------------
@@ -525,6 +510,17 @@ std::vector<GraphValue> Module::UserInputs(const CompiledModel& compiled) {
   return inputs;
 }
 
+std::optional<bool> Module::GradientsCheckedFinite(absl::Span<const int> parameters) const {
+  for (const int p : parameters) {
+    const Tensor& grad = state_->parameters[p].grad;
+    if (!grad.defined()) return std::nullopt;
+    auto it = checked_gradients_.find(grad.buffer().get());
+    // The same live buffer (a buffer freed since, whose address was reused, fails the lock).
+    if (it == checked_gradients_.end() || it->second.lock() != grad.buffer()) return std::nullopt;
+  }
+  return checked_gradients_finite_;
+}
+
 NamedTensors Module::UserOutputs(const CompiledModel& compiled, std::vector<Tensor>& outputs) {
   NamedTensors named;
   named.reserve(compiled.user_outputs.size());
@@ -539,16 +535,6 @@ absl::StatusOr<NamedTensors> Module::TrainStep(const NamedTensors& inputs) {
   const bool reset = pending_reset_;
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> feeds, Feeds(train_, inputs, reset));
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, train_.session->Run(feeds));
-  // What is read on the host comes back from a GPU here, where a failure can still be reported.
-  TRAIND_RETURN_IF_ERROR(outputs[0].buffer()->SyncToHost());
-  for (const auto& [output, parameter] : train_.running_statistic_outputs) {
-    TRAIND_RETURN_IF_ERROR(outputs[output].buffer()->SyncToHost());
-  }
-  TRAIND_ASSIGN_OR_RETURN(const double loss, ScalarValue(outputs[0], kLossName));
-  // A batch holding NaN does not always show in the loss (Relu maps NaN to 0 here), but it does in the batch
-  // statistics BatchNormalization blends into its running ones.
-  bool finite = std::isfinite(loss);
-  for (const auto& [output, parameter] : train_.running_statistic_outputs) finite = finite && AllFinite(outputs[output]);
 
   // A gradient output may share its buffer with something that changes later: a fed tensor (a parameter the
   // optimizer updates in place, a caller's input) or a constant of the plan. Held in Parameter::grad across steps,
@@ -563,8 +549,28 @@ absl::StatusOr<NamedTensors> Module::TrainStep(const NamedTensors& inputs) {
       TRAIND_ASSIGN_OR_RETURN(gradient, DeepCopy(gradient));
     }
   }
+  // A batch holding NaN does not always show in the loss (Relu maps NaN to 0 here), but it does in the batch
+  // statistics BatchNormalization blends into its running ones. On a GPU the gradients are checked too, so that
+  // the Optimizer knows whether its step will be skipped without reading the flag back (GradientsCheckedFinite).
+  // The loss and the checks come back in one download, here where a failure can still be reported; statistics and
+  // gradients stay on the device.
+  std::vector<std::vector<Tensor>> checked(gpu_stream_ != nullptr ? 2 : 1);
+  for (const auto& [output, parameter] : train_.running_statistic_outputs) checked[0].push_back(outputs[output]);
+  if (gpu_stream_ != nullptr) {
+    for (const auto& [output, parameter] : train_.gradient_outputs) checked[1].push_back(outputs[output]);
+  }
+  TRAIND_ASSIGN_OR_RETURN(const std::vector<bool> checked_finite,
+                          train_.session->executor().SyncScalarCheckingFinite(outputs[0], checked));
+  TRAIND_ASSIGN_OR_RETURN(const double loss, ScalarValue(outputs[0], kLossName));
+  const bool finite = std::isfinite(loss) && checked_finite[0];
+
   // Nothing fails from here on: the step is committed.
   for (const auto& [output, parameter] : train_.gradient_outputs) state_->parameters[parameter].grad = outputs[output];
+  checked_gradients_.clear();
+  if (gpu_stream_ != nullptr) {
+    for (const Tensor& gradient : checked[1]) checked_gradients_.emplace(gradient.buffer().get(), gradient.buffer());
+    checked_gradients_finite_ = checked_finite[1];
+  }
   if (finite) {
     for (const auto& [output, parameter] : train_.running_statistic_outputs) {
       TRAIND_RETURN_IF_ERROR(CopyInPlace(outputs[output], state_->parameters[parameter].data));
@@ -1331,7 +1337,10 @@ absl::StatusOr<OptimizerStepResult> Optimizer::Step() {
           absl::StrCat("parameter '", state.parameters[p].name, "' has no gradient: run TrainStep first"));
     }
   }
-  if (!module_->accumulated_steps_finite()) {
+  // The fused optimizer skips exactly when a gradient element is not finite (optimizers.cc); where the last
+  // TrainStep already checked these gradients on the GPU, the answer is known and `skipped` is not read back.
+  const std::optional<bool> gradients_finite = module_->GradientsCheckedFinite(parameter_indices_);
+  if (!module_->accumulated_steps_finite() || gradients_finite == false) {
     result.skipped = true;
     return result;
   }
@@ -1361,11 +1370,11 @@ absl::StatusOr<OptimizerStepResult> Optimizer::Step() {
   run_options.donated_inputs = donated_inputs_;
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, session_->Run(feeds, run_options));
   const Tensor& skipped = outputs.back();
-  TRAIND_RETURN_IF_ERROR(skipped.buffer()->SyncToHost());
   if (skipped.dtype() != DataType::kBool || skipped.num_elements() != 1) {
     return absl::InternalError(absl::StrCat("the optimizer model's '", kSkippedName, "' is ", skipped.DebugString()));
   }
-  if (*skipped.data<uint8_t>() != 0) {
+  if (!gradients_finite.has_value()) TRAIND_RETURN_IF_ERROR(skipped.buffer()->SyncToHost());
+  if (!gradients_finite.has_value() && *skipped.data<uint8_t>() != 0) {
     result.skipped = true;
     return result;
   }

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -267,6 +268,11 @@ class Module {
   // False when a TrainStep since the last reset produced a non-finite loss or BatchNormalization statistic: the
   // accumulated gradients must not be applied even if they happen to be finite.
   bool accumulated_steps_finite() const { return accumulated_steps_finite_; }
+  // Whether the gradients of `parameters` (indices into the state) are all finite, where the last TrainStep checked
+  // these very buffers (on a GPU, in the download that brings the loss back); nullopt otherwise (the CPU executor,
+  // gradients from Backward or a checkpoint). No one writes a gradient buffer between TrainStep and the Optimizer's
+  // step, so the answer holds for it.
+  std::optional<bool> GradientsCheckedFinite(absl::Span<const int> parameters) const;
 
  private:
   // Where one input of a compiled model comes from.
@@ -323,6 +329,10 @@ class Module {
   bool training_mode_ = true;
   bool pending_reset_ = true;
   bool accumulated_steps_finite_ = true;
+  // The gradient buffers the last TrainStep checked on the GPU (weak: a freed buffer is not mistaken for a new one
+  // at its address), and whether all were finite.
+  absl::flat_hash_map<const Buffer*, std::weak_ptr<Buffer>> checked_gradients_;
+  bool checked_gradients_finite_ = false;
   std::vector<std::string> parameter_names_;  // checkpoint order, as compiled
   std::vector<std::string> trainable_names_;
   CompiledModel train_;

@@ -12,9 +12,12 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/core/status_macros.h"
 #include "engine/gpu/gpu_testing.h"
 #include "engine/gpu/stream.h"
 #include "engine/io/npy.h"
@@ -263,6 +266,26 @@ ModuleOptions OnGpu(std::vector<std::string> cpu_ops = {}) {
   return options;
 }
 
+// A workload's artifacts with a Module and its Optimizer on a fresh state on the GPU (or the CPU).
+struct Trainer {
+  Workload workload;
+  Artifacts artifacts;
+  std::unique_ptr<CheckpointState> state;  // The Module keeps a pointer to it.
+  std::unique_ptr<Module> module;
+  std::unique_ptr<Optimizer> optimizer;
+};
+
+absl::StatusOr<Trainer> MakeTrainer(const std::string& name, bool on_gpu = true) {
+  Trainer trainer;
+  trainer.workload = Golden(name, {CrossEntropy()});
+  TRAIND_ASSIGN_OR_RETURN(trainer.artifacts, MakeArtifacts(trainer.workload));
+  trainer.state = std::make_unique<CheckpointState>(Fresh(trainer.artifacts.checkpoint));
+  TRAIND_ASSIGN_OR_RETURN(trainer.module,
+                          Module::Create(trainer.artifacts, trainer.state.get(), on_gpu ? OnGpu() : ModuleOptions()));
+  TRAIND_ASSIGN_OR_RETURN(trainer.optimizer, Optimizer::Create(trainer.artifacts.optimizer_model, trainer.module.get()));
+  return trainer;
+}
+
 TEST(GpuTrainingTest, WorkloadsTrainOnTheGpuAsOnTheCpu) {
   TRAIND_REQUIRE_GPU();
   for (const Workload& workload : Workloads()) {
@@ -310,50 +333,125 @@ TEST(GpuTrainingTest, EvalOnTheGpuMatchesTheCpu) {
               1e-5 * std::fabs((*cpu_outputs)[0].second.data<float>()[0]));
 }
 
-// A training step moves the batch in and the loss out; parameters, gradients and optimizer state never cross.
+// A training step moves the batch in and the loss out; parameters, gradients, optimizer state and batch statistics
+// never cross. A new batch every step (FreshBatch with a shift), as a served step gets.
 TEST(GpuTrainingTest, AStepMovesOnlyTheBatchInAndTheLossOut) {
   TRAIND_REQUIRE_GPU();
-  const Workload workload = Golden("mlp", {CrossEntropy()});
-  auto artifacts = MakeArtifacts(workload);
-  ASSERT_TRUE(artifacts.ok()) << artifacts.status();
-  CheckpointState state = Fresh(artifacts->checkpoint);
-  auto module = Module::Create(*artifacts, &state, OnGpu());
-  ASSERT_TRUE(module.ok()) << module.status();
-  auto optimizer = Optimizer::Create(artifacts->optimizer_model, module->get());
-  ASSERT_TRUE(optimizer.ok()) << optimizer.status();
-  gpu::Stream& stream = *(*module)->gpu_stream();
-  gpu::TransferCounts per_step;
-  for (int step = 0; step < 4; ++step) {
+  for (const char* name : {"mlp", "cnn_bn_maxpool", "resnet_block"}) {
+    SCOPED_TRACE(name);
+    auto trainer = MakeTrainer(name);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    const Workload& workload = trainer->workload;
+    const CheckpointState& state = *trainer->state;
+    Module& module = *trainer->module;
+    gpu::Stream& stream = *module.gpu_stream();
+    gpu::TransferCounts per_step;
+    for (int step = 0; step < 4; ++step) {
+      const gpu::TransferCounts before = stream.transfers();
+      ASSERT_TRUE(module.TrainStep(FreshBatch(workload.batch, step)).ok());
+      auto result = trainer->optimizer->Step();
+      ASSERT_TRUE(result.ok()) << result.status();
+      EXPECT_FALSE(result->skipped);
+      module.LazyResetGrad();
+      per_step = stream.transfers() - before;
+    }
+    std::printf("%s training step on the GPU: %lld uploads (%lld bytes), %lld downloads (%lld bytes), %lld device "
+                "copies\n",
+                name, static_cast<long long>(per_step.uploads), static_cast<long long>(per_step.upload_bytes),
+                static_cast<long long>(per_step.downloads), static_cast<long long>(per_step.download_bytes),
+                static_cast<long long>(per_step.device_copies));
+    // In: the input, and the one-hot targets the CPU makes from the class ids (the other values the loss graph
+    // derives from them on the CPU do not change here, so they are not uploaded again). Out: one download of 12
+    // bytes, the loss and whether the batch statistics and the gradients are finite (Module::TrainStep); the
+    // optimizer's `skipped` flag is known from the latter, and BatchNormalization's running statistics are
+    // updated on the device.
+    EXPECT_EQ(per_step.uploads, 2);
+    EXPECT_EQ(per_step.downloads, 1);
+    EXPECT_EQ(per_step.download_bytes, 12);
+    const int64_t batch_bytes = [&] {
+      int64_t bytes = 0;
+      for (const auto& [input, tensor] : workload.batch) bytes += static_cast<int64_t>(tensor.byte_size());
+      return bytes;
+    }();
+    int64_t parameter_bytes = 0;
+    int64_t trained = 0;
+    for (const Parameter& parameter : state.parameters) {
+      parameter_bytes += static_cast<int64_t>(parameter.data.byte_size());
+      if (parameter.requires_grad) ++trained;
+    }
+    EXPECT_LT(per_step.upload_bytes, batch_bytes + parameter_bytes / 10) << "parameters are uploaded every step";
+    EXPECT_GE(per_step.device_copies, 3 * trained) << "new parameters and moments are copied on the device";
+    // Reading the trainable parameters on the host brings them back, once.
     const gpu::TransferCounts before = stream.transfers();
-    ASSERT_TRUE((*module)->TrainStep(FreshBatch(workload.batch, step)).ok());
-    ASSERT_TRUE((*optimizer)->Step().ok());
-    (*module)->LazyResetGrad();
-    per_step = stream.transfers() - before;
+    auto contiguous = module.GetContiguousParameters();
+    ASSERT_TRUE(contiguous.ok());
+    EXPECT_EQ((stream.transfers() - before).downloads, trained);
   }
-  std::printf("mlp training step on the GPU: %lld uploads (%lld bytes), %lld downloads (%lld bytes), %lld device copies\n",
-              static_cast<long long>(per_step.uploads), static_cast<long long>(per_step.upload_bytes),
-              static_cast<long long>(per_step.downloads), static_cast<long long>(per_step.download_bytes),
-              static_cast<long long>(per_step.device_copies));
-  // In: the input, and the one-hot targets the CPU makes from the class ids (the other values the loss graph
-  // derives from them on the CPU do not change here, so they are not uploaded again); out: the loss and the
-  // optimizer's `skipped` flag.
-  EXPECT_EQ(per_step.uploads, 2);
-  EXPECT_EQ(per_step.downloads, 2);
-  const int64_t batch_bytes = [&] {
-    int64_t bytes = 0;
-    for (const auto& [name, tensor] : workload.batch) bytes += static_cast<int64_t>(tensor.byte_size());
-    return bytes;
-  }();
-  int64_t parameter_bytes = 0;
-  for (const Parameter& parameter : state.parameters) parameter_bytes += static_cast<int64_t>(parameter.data.byte_size());
-  EXPECT_LT(per_step.upload_bytes, batch_bytes + parameter_bytes / 10) << "parameters are uploaded every step";
-  EXPECT_EQ(per_step.device_copies, static_cast<int64_t>(3 * state.parameters.size()))
-      << "new parameters and moments are copied on the device";
-  // Reading the parameters on the host brings them back, once.
+}
+
+// A batch holding NaN on the GPU: the loss says so, BatchNormalization's running statistics keep their values and
+// the optimizer's step is skipped, as on the CPU; the next good batch trains again.
+TEST(GpuTrainingTest, ANonFiniteBatchIsSkippedAsOnTheCpu) {
+  TRAIND_REQUIRE_GPU();
+  for (const bool gpu : {false, true}) {
+    SCOPED_TRACE(gpu ? "GPU" : "CPU");
+    auto trainer = MakeTrainer("cnn_bn_maxpool", gpu);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    const CheckpointState& state = *trainer->state;
+    std::map<std::string, Tensor> statistics;
+    for (const Parameter& parameter : state.parameters) {
+      if (!parameter.requires_grad) statistics[parameter.name] = Copy(parameter.data);
+    }
+    ASSERT_FALSE(statistics.empty());
+    NamedTensors bad = FreshBatch(trainer->workload.batch);
+    bad[0].second.mutable_data<float>()[3] = NAN;
+    auto outputs = trainer->module->TrainStep(bad);
+    ASSERT_TRUE(outputs.ok()) << outputs.status();
+    auto result = trainer->optimizer->Step();
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_TRUE(result->skipped);
+    for (const Parameter& parameter : state.parameters) {
+      if (parameter.requires_grad) continue;
+      const Tensor& before = statistics.at(parameter.name);
+      EXPECT_EQ(std::memcmp(parameter.data.raw_data(), before.raw_data(), before.byte_size()), 0)
+          << parameter.name << " took a non-finite batch's statistics";
+    }
+    trainer->module->LazyResetGrad();
+    ASSERT_TRUE(trainer->module->TrainStep(FreshBatch(trainer->workload.batch)).ok());
+    result = trainer->optimizer->Step();
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_FALSE(result->skipped);
+    EXPECT_EQ(result->step, 1);
+  }
+}
+
+// The Optimizer trusts Module::GradientsCheckedFinite only for the very buffers the last TrainStep checked: a
+// gradient replaced since (here by hand, as Backward or a checkpoint load replace them) is not known, so the
+// Optimizer reads its `skipped` flag back, and skips the step for the NaN in it.
+TEST(GpuTrainingTest, GradientsNotCheckedByTheLastTrainStepAreReadBack) {
+  TRAIND_REQUIRE_GPU();
+  auto trainer = MakeTrainer("mlp");
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  CheckpointState& state = *trainer->state;
+  Module& module = *trainer->module;
+  ASSERT_TRUE(module.TrainStep(FreshBatch(trainer->workload.batch)).ok());
+  std::vector<int> all;
+  for (size_t p = 0; p < state.parameters.size(); ++p) {
+    if (state.parameters[p].has_grad()) all.push_back(static_cast<int>(p));
+  }
+  EXPECT_EQ(module.GradientsCheckedFinite(all), std::optional<bool>(true));
+  // A gradient put there by someone else (a host tensor holding NaN): no longer known, so the flag is read.
+  Parameter& first = state.parameters[all[0]];
+  Tensor replaced = Copy(first.grad);
+  replaced.mutable_data<float>()[0] = NAN;
+  first.grad = replaced;
+  EXPECT_EQ(module.GradientsCheckedFinite(all), std::nullopt);
+  gpu::Stream& stream = *module.gpu_stream();
   const gpu::TransferCounts before = stream.transfers();
-  auto contiguous = (*module)->GetContiguousParameters();
-  ASSERT_TRUE(contiguous.ok());
-  EXPECT_EQ((stream.transfers() - before).downloads, static_cast<int64_t>(state.parameters.size()));
+  auto result = trainer->optimizer->Step();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->skipped);
+  EXPECT_EQ((stream.transfers() - before).downloads, 1) << "the `skipped` flag";
 }
 
 // Create, train and close sessions in a loop: the device memory in use returns to where it was.
