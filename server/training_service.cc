@@ -219,6 +219,10 @@ grpc::Status TrainingServiceImpl::GetServerInfo(Context* /*context*/, const v1::
       wire->set_vendor(device.vendor);
       wire->set_version(device.version);
       wire->set_global_memory_bytes(device.global_memory_bytes);
+      if (auto stats = engine::gpu::Device::ProgramCacheStatsIfOpen(device.index)) {
+        wire->set_programs_compiled(stats->compiled);
+        wire->set_programs_loaded_from_cache(stats->loaded_binaries);
+      }
     }
   }
   response->set_min_opset(engine::kMinOnnxOpset);

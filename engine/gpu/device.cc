@@ -155,9 +155,34 @@ std::string DefaultProgramCacheDir() {
   return "";
 }
 
+namespace {
+
+// The devices opened so far, by index (never closed: a device lives as long as the process).
+struct OpenDevices {
+  std::mutex mutex;
+  std::map<int, std::shared_ptr<Device>> devices;
+};
+OpenDevices& Opened() {
+  static auto* opened = new OpenDevices();
+  return *opened;
+}
+
+}  // namespace
+
+std::optional<ProgramCacheStats> Device::ProgramCacheStatsIfOpen(int index) {
+  std::shared_ptr<Device> device;
+  {
+    std::lock_guard<std::mutex> lock(Opened().mutex);
+    auto it = Opened().devices.find(index);
+    if (it == Opened().devices.end()) return std::nullopt;
+    device = it->second;
+  }
+  return device->program_cache_stats();
+}
+
 absl::StatusOr<std::shared_ptr<Device>> Device::Get(int index) {
-  static auto* mutex = new std::mutex();
-  static auto* devices = new std::map<int, std::shared_ptr<Device>>();
+  std::mutex* mutex = &Opened().mutex;
+  std::map<int, std::shared_ptr<Device>>* devices = &Opened().devices;
   const auto& found = FoundDevices();
   if (!found.ok()) return found.status();
   if (index < 0 || index >= static_cast<int>(found->size())) {

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,8 @@ class Device {
   // -cl-fast-relaxed-math (non-finite values must stay IEEE: steps with them are skipped, not trained on).
   absl::StatusOr<cl_program> Program(absl::string_view file_name);
   ProgramCacheStats program_cache_stats() const;
+  // The counts of device `index` if this process has opened it (Get), without opening it; nullopt otherwise.
+  static std::optional<ProgramCacheStats> ProgramCacheStatsIfOpen(int index);
   // Forgets the programs built so far (the disk cache stays; kernels made from them keep them alive): the next
   // Program() call builds again, from the disk cache when it can. For tests of the cache.
   void ForgetPrograms();
