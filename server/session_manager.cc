@@ -940,8 +940,9 @@ absl::Status SessionManager::SetParameters(const Caller& caller, const std::stri
   std::vector<std::pair<engine::Parameter*, const Tensor*>> writes;
   std::set<std::string> seen;
   for (const auto& [name, tensor] : named) {
+    const std::string& wanted = name;  // C++17 lambdas cannot capture structured bindings
     auto it = std::find_if(parameters.begin(), parameters.end(),
-                           [&](const engine::Parameter& parameter) { return parameter.name == name; });
+                           [&](const engine::Parameter& parameter) { return parameter.name == wanted; });
     if (it == parameters.end()) return absl::InvalidArgumentError(absl::StrCat("unknown parameter '", name, "'"));
     if (!seen.insert(name).second) {
       return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' given twice"));

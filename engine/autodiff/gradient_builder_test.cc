@@ -739,5 +739,20 @@ TEST(GradientBuilderTest, RefusesANonScalarLossAndAnUnusedParameter) {
   EXPECT_TRUE(BuildGradientModel(b.model(), {"loss", {"w"}}).ok());
 }
 
+// Found by train_fuzzer: shape inference lets LayerNormalization's axis outside the input's rank through, and the
+// rule sliced the shape with it. Every rule that indexes a shape with an axis refuses it, naming the node.
+TEST(GradientBuilderTest, AnAxisOutsideTheRankIsRefusedNotIndexed) {
+  for (int64_t axis : {2, 7, -3, -1000000}) {
+    ModelBuilder b;
+    b.Input("x", {2, 3});
+    b.Input("scale", {3});
+    ModelBuilder::IntAttr(b.Node("LayerNormalization", {"x", "scale"}, "y"), "axis", axis);
+    ModelBuilder::IntAttr(b.Node("ReduceSum", {"y"}, "loss"), "keepdims", 0);
+    b.Output("loss");
+    auto result = BuildGradientModel(b.model(), {"loss", {"scale"}});
+    ASSERT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << axis << ": " << result.status();
+  }
+}
+
 }  // namespace
 }  // namespace traind::engine

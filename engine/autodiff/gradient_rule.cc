@@ -42,6 +42,16 @@ int64_t GradientRuleContext::IntAttr(absl::string_view name, int64_t fallback) c
   return fallback;
 }
 
+absl::StatusOr<int64_t> GradientRuleContext::AxisAttr(absl::string_view name, int64_t fallback,
+                                                      int64_t rank) const {
+  const int64_t axis = IntAttr(name, fallback);
+  if (axis < -rank || axis >= rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Label(), ": attribute '", name, "' is ", axis, ", outside [", -rank, ", ", rank, ") for rank ", rank));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
 float GradientRuleContext::FloatAttr(absl::string_view name, float fallback) const {
   for (const auto& attribute : node_.attribute()) {
     if (attribute.name() == name) return attribute.f();

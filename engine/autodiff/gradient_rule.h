@@ -78,6 +78,9 @@ class GradientRuleContext {
   // An int/float attribute of the forward node, or `fallback`.
   int64_t IntAttr(absl::string_view name, int64_t fallback) const;
   float FloatAttr(absl::string_view name, float fallback) const;
+  // An axis attribute (or `fallback`) normalised into [0, rank); INVALID_ARGUMENT naming the node when it is out of
+  // range. Shape inference does not check every op's axis, and rules index shapes with it.
+  absl::StatusOr<int64_t> AxisAttr(absl::string_view name, int64_t fallback, int64_t rank) const;
   std::vector<int64_t> IntsAttr(absl::string_view name) const;
 
   // The values of `value` when it is an int64 constant of the graph (e.g. an axes operand).

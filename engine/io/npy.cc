@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "engine/core/shape.h"
 #include "engine/io/file_util.h"
 
 namespace traind::engine {
@@ -91,9 +92,19 @@ absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes, absl::string_view name)
     }
     shape.push_back(value);
   }
+  // The header's promise is checked against the bytes present before anything is allocated: a few bytes of
+  // header must not make the reader allocate terabytes.
+  absl::StatusOr<int64_t> elements = ElementCount(shape);
+  if (!elements.ok()) return error(elements.status().message());
+  const size_t data_start = header_start + header_length;
+  const size_t data_bytes = bytes.size() - data_start;
+  if (static_cast<uint64_t>(*elements) > data_bytes / ElementSize(dtype) ||
+      static_cast<uint64_t>(*elements) * ElementSize(dtype) != data_bytes) {
+    return error(absl::StrCat("holds ", data_bytes, " data bytes, its header promises ", *elements, " elements of ",
+                              ElementSize(dtype), " bytes"));
+  }
   absl::StatusOr<Tensor> tensor = Tensor::Allocate(dtype, shape);
   if (!tensor.ok()) return error(tensor.status().message());
-  const size_t data_start = header_start + header_length;
   if (bytes.size() - data_start != tensor->byte_size()) {
     return error(absl::StrCat("holds ", bytes.size() - data_start, " data bytes, its header promises ",
                               tensor->byte_size()));

@@ -195,6 +195,7 @@ class ModelValidator {
   absl::Status ValidateModel(onnx::ModelProto& model) {
     if (!model.has_graph()) return absl::InvalidArgumentError("model has no graph");
     TRAIND_RETURN_IF_ERROR(ValidateGraph(*model.mutable_graph(), 1));
+    TRAIND_RETURN_IF_ERROR(CheckGraphOutputsAreProduced(model.graph()));
     for (auto& function : *model.mutable_functions()) {
       for (auto& node : *function.mutable_node()) TRAIND_RETURN_IF_ERROR(ValidateNode(node, 1));
     }
@@ -202,6 +203,26 @@ class ModelValidator {
   }
 
  private:
+  // onnx's checker accepts a main-graph output that nothing produces, but onnx's IR import (used by the version
+  // converter on loss graphs and on models below the gradient opset) dereferences a null producer for it: refuse
+  // it here, before anything hands the model to libonnx beyond the checker.
+  static absl::Status CheckGraphOutputsAreProduced(const onnx::GraphProto& graph) {
+    absl::flat_hash_set<absl::string_view> defined;
+    for (const auto& input : graph.input()) defined.insert(input.name());
+    for (const auto& initializer : graph.initializer()) defined.insert(initializer.name());
+    for (const auto& sparse : graph.sparse_initializer()) defined.insert(sparse.values().name());
+    for (const auto& node : graph.node()) {
+      for (const auto& output : node.output()) defined.insert(output);
+    }
+    for (const auto& output : graph.output()) {
+      if (output.name().empty() || !defined.contains(output.name())) {
+        return absl::InvalidArgumentError(absl::StrCat("graph output '", output.name(),
+                                                       "' is not a graph input, an initializer or a node output"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status ValidateGraph(onnx::GraphProto& graph, int depth) {
     if (depth > limits_.max_graph_depth) {  // structure, not size: a malformed model for this engine
       return absl::InvalidArgumentError(absl::StrCat("graph '", graph.name(), "' is nested ", depth,

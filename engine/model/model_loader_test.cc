@@ -87,6 +87,67 @@ void MakeExternal(onnx::ModelProto& model, const std::string& location, int64_t 
 
 TEST(ModelLoaderTest, AcceptsValidModel) { EXPECT_TRUE(LoadBytes(ValidModel()).ok()); }
 
+// The onnx checker lets this through and onnx's IR import (the version converter) crashes on it (found by
+// loss_graph_fuzzer): an output nothing produces is refused by the loader, naming it.
+TEST(ModelLoaderTest, RejectsAGraphOutputNothingProduces) {
+  onnx::ModelProto model = ValidModel();
+  model.mutable_graph()->mutable_output(0)->set_name("loss");
+  absl::Status status = LoadBytes(model);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("graph output 'loss'"), std::string::npos) << status;
+  // An output that is a graph input or an initializer is produced.
+  model = ValidModel();
+  for (const char* name : {"w", "x"}) {
+    onnx::ValueInfoProto* output = model.mutable_graph()->add_output();
+    *output = model.graph().output(0);
+    output->set_name(name);
+  }
+  EXPECT_TRUE(LoadBytes(model).ok()) << LoadBytes(model);
+}
+
+// onnx 1.12's ConvTranspose inference reads W's dim 1 without checking W's rank (found by train_fuzzer): the guard
+// in front of it (onnx_inference_guards.cc) refuses the model instead.
+TEST(ModelLoaderTest, RejectsAConvTransposeWeightOfTheWrongRank) {
+  onnx::ModelProto model = ValidModel(17);
+  auto* graph = model.mutable_graph();
+  graph->clear_node();
+  graph->clear_initializer();
+  auto* x_shape = graph->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  x_shape->clear_dim();
+  for (int64_t dim : {1, 2, 4, 4}) x_shape->add_dim()->set_dim_value(dim);
+  auto* y_shape = graph->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  y_shape->clear_dim();
+  for (const char* dim : {"n", "c", "h", "w"}) y_shape->add_dim()->set_dim_param(dim);
+  auto* w = graph->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(2);
+  w->set_raw_data(std::string(8, '\0'));
+  auto* node = graph->add_node();
+  node->set_op_type("ConvTranspose");
+  node->add_input("x");
+  node->add_input("w");
+  node->add_output("y");
+  absl::Status status = LoadBytes(model);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("W has rank 1 and X rank 4"), std::string::npos) << status;
+  // A stride of 0, which onnx's Conv / pooling inference divides by (SIGFPE; found by train_fuzzer).
+  node->set_op_type("Conv");
+  w->clear_dims();
+  for (int64_t dim : {2, 2, 1, 1}) w->add_dims(dim);
+  w->set_raw_data(std::string(16, '\0'));
+  auto* strides = node->add_attribute();
+  strides->set_name("strides");
+  strides->set_type(onnx::AttributeProto::INTS);
+  strides->add_ints(0);
+  strides->add_ints(1);
+  status = LoadBytes(model);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("attribute 'strides' holds 0"), std::string::npos) << status;
+  strides->set_ints(0, 1);
+  EXPECT_TRUE(LoadBytes(model).ok()) << LoadBytes(model);
+}
+
 TEST(ModelLoaderTest, RejectsTruncatedBytes) {
   const std::string bytes = ValidModel().SerializeAsString();
   auto result = LoadModelFromBytes(bytes.substr(0, bytes.size() - 7));

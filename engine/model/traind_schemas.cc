@@ -6,6 +6,7 @@
 #include "absl/base/call_once.h"
 #include "onnx/defs/schema.h"
 #include "onnx/defs/shape_inference.h"
+#include "engine/model/onnx_inference_guards.h"
 
 namespace traind::engine {
 namespace {
@@ -275,6 +276,7 @@ void RegisterTraindSchemas() {
     for (SchemaFactory factory : Schemas()) {
       onnx::RegisterSchema(factory(), 0);
     }
+    InstallOnnxInferenceGuards();
   });
 }
 

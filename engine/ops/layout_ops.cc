@@ -152,8 +152,7 @@ absl::Status TransposeGradient(GradientRuleContext& g) {
 // Each input's gradient is its slice of dy along the concatenation axis.
 absl::Status ConcatGradient(GradientRuleContext& g) {
   TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> out_shape, g.StaticShape(g.O(0)));
-  int64_t axis = g.IntAttr("axis", 0);
-  if (axis < 0) axis += static_cast<int64_t>(out_shape.size());
+  TRAIND_ASSIGN_OR_RETURN(const int64_t axis, g.AxisAttr("axis", 0, static_cast<int64_t>(out_shape.size())));
   int64_t offset = 0;
   for (int i = 0; i < g.num_inputs(); ++i) {
     TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(i)));

@@ -512,8 +512,7 @@ bool FusedNormalizationGradient(GradientRuleContext& g, const char* op_type,
 absl::Status LayerNormalizationGradient(GradientRuleContext& g) {
   TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.StaticShape(g.I(0)));
   const int64_t rank = static_cast<int64_t>(shape.size());
-  int64_t axis = g.IntAttr("axis", -1);
-  if (axis < 0) axis += rank;
+  TRAIND_ASSIGN_OR_RETURN(const int64_t axis, g.AxisAttr("axis", -1, rank));
   if (FusedNormalizationGradient(g, "LayerNormalizationGrad", std::vector<int64_t>(shape.begin() + axis, shape.end()))) {
     return absl::OkStatus();
   }

@@ -285,8 +285,7 @@ absl::Status SplitGradient(GradientRuleContext& g) {
     TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> piece_shape, g.StaticShape(g.O(i)));
     pieces.push_back(g.Zeros(g.Int64Constant(piece_shape), type));
   }
-  int64_t axis = g.IntAttr("axis", 0);
-  if (axis < 0) axis += static_cast<int64_t>(shape.size());
+  TRAIND_ASSIGN_OR_RETURN(const int64_t axis, g.AxisAttr("axis", 0, static_cast<int64_t>(shape.size())));
   GradientRuleContext::SetIntAttr(g.Emit("Concat", pieces, {g.GI(0)}), "axis", axis);
   return absl::OkStatus();
 }

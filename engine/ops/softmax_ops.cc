@@ -189,8 +189,7 @@ namespace {
 absl::StatusOr<std::vector<int64_t>> SoftmaxAxes(GradientRuleContext& g) {
   TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> shape, g.PartialShape(g.I(0)));
   const int64_t rank = static_cast<int64_t>(shape.size());
-  int64_t axis = g.IntAttr("axis", g.opset() >= 13 ? -1 : 1);
-  if (axis < 0) axis += rank;
+  TRAIND_ASSIGN_OR_RETURN(const int64_t axis, g.AxisAttr("axis", g.opset() >= 13 ? -1 : 1, rank));
   if (g.opset() >= 13) return std::vector<int64_t>{axis};
   std::vector<int64_t> axes;
   for (int64_t d = axis; d < rank; ++d) axes.push_back(d);
