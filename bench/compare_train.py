@@ -10,6 +10,7 @@ medians (median over repeats), their ratio, peak memory, and how many cores othe
     /usr/bin/python3 bench/compare_train.py --torch-bench ../shared/bench/torch_train_bench.py \\
         --models ../shared/bench/models [--only mlp cnn] [--threads 2] [--repeats 3] [--min-time 3]
     /usr/bin/python3 bench/compare_train.py --check --models ../shared/bench/models   # correctness only
+    /usr/bin/python3 bench/compare_train.py --check --device gpu ...   # the same on the OpenCL GPU executor
 
 --check runs 6 AdamW steps with --dump and compares: the first step's loss with ref_loss_fp64, every gradient
 with ref/grads/<param>.npy (max error / max |reference| <= --grad-tol) and the 6 losses with the manifest's
@@ -98,16 +99,20 @@ def npy(path):
 def check(args, manifest):
     import numpy as np
     failures = 0
-    print("| workload | loss[0] rel err | worst grad err / max ref | AdamW trajectory max rel err (6 losses) | ok |")
-    print("|---|---:|---:|---:|---|")
+    gpu = args.device != "cpu"
+    print("| workload | loss[0] rel err | worst grad err / max ref | AdamW trajectory max rel err (6 losses) | ok |"
+          + (" transfers per step (in / out) |" if gpu else ""))
+    print("|---|---:|---:|---:|---|" + ("---|" if gpu else ""))
     for name in ORDER:
         if args.only and name not in args.only:
             continue
         w = manifest["workloads"][name]
         with tempfile.TemporaryDirectory() as dump:
             cmd = [args.train_bench] + train_bench_args(args.models, name, w, manifest["adamw"]) + [
-                f"--threads={args.threads}", "--warmup=0", "--steps=6", "--min_time=0", "--dump=" + dump, "--json"]
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+                f"--threads={args.threads}", "--warmup=0", "--steps=6", "--min_time=0", "--dump=" + dump, "--json",
+                f"--device={args.device}"]
+            out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+            rec = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
             losses = npy(os.path.join(dump, "losses.npy")).astype(np.float64)
             loss_err = abs(losses[0] - w["ref_loss_fp64"]) / abs(w["ref_loss_fp64"])
             worst = 0.0
@@ -124,7 +129,10 @@ def check(args, manifest):
             traj_err = (np.abs(losses[:len(traj)] - traj) / np.abs(traj)).max()
         ok = loss_err <= 1e-5 and worst <= args.grad_tol and traj_err <= args.traj_tol
         failures += not ok
-        print(f"| {name} | {loss_err:.2e} | {worst:.2e} ({worst_param}) | {traj_err:.2e} | {'yes' if ok else 'NO'} |")
+        transfers = (f" {rec['uploads_per_step']:.0f} ({rec['upload_bytes_per_step']:.0f} B) / "
+                     f"{rec['downloads_per_step']:.0f} ({rec['download_bytes_per_step']:.0f} B) |") if gpu else ""
+        print(f"| {name} | {loss_err:.2e} | {worst:.2e} ({worst_param}) | {traj_err:.2e} | {'yes' if ok else 'NO'} |"
+              + transfers)
     print(f"\ntolerances: loss 1e-5, gradients {args.grad_tol:g} of the largest reference element, "
           f"trajectory {args.traj_tol:g} relative")
     return 1 if failures else 0
@@ -148,6 +156,9 @@ def main():
     ap.add_argument("--env", nargs="*", default=[], metavar="KEY=VAL",
                     help="extra environment for both sides, e.g. GOMP_SPINCOUNT=10000 (libgomp reads it at start-up)")
     ap.add_argument("--check", action="store_true", help="compare --dump output with the models' references")
+    ap.add_argument("--device", default="cpu",
+                    help="with --check: train_bench's --device (gpu[:N]: the OpenCL GPU executor; the table then "
+                         "shows the transfers per step)")
     ap.add_argument("--grad-tol", type=float, default=1e-4)
     ap.add_argument("--traj-tol", type=float, default=1e-4)
     args = ap.parse_args()

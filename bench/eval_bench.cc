@@ -6,19 +6,26 @@
 // Compile once, run `warmup` times, then time single runs until both min_iters and min_time are reached;
 // repeat that `repeats` times and report the median of the per-repeat medians (and p10/p90 of all runs).
 // With --reference the outputs are compared first (max abs error relative to the reference's max abs).
+// --device gpu[:N] runs on the OpenCL GPU executor: each run then gets fresh copies of the inputs (as a served
+// request does), outputs are read back, and the transfers per run are reported.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "bench/bench_stats.h"
 #include "engine/core/thread_pool.h"
+#include "engine/gpu/gpu_executor.h"
 #include "engine/io/npy.h"
 #include "engine/model/model_loader.h"
 #include "engine/runtime/cpu_executor.h"
@@ -36,6 +43,7 @@ ABSL_FLAG(int, min_iters, 20, "Timed runs per repeat, at least.");
 ABSL_FLAG(double, min_time, 1.5, "Seconds per repeat, at least.");
 ABSL_FLAG(int, repeats, 3, "Repeats; the reported median is the median of their medians.");
 ABSL_FLAG(bool, json, false, "Print one JSON line instead of text.");
+ABSL_FLAG(std::string, device, "cpu", "cpu, or gpu / gpu:N: the OpenCL GPU executor on device N.");
 ABSL_FLAG(bool, profile, false, "Also print the time per op type (one more timed pass, profiled).");
 
 namespace traind::engine {
@@ -57,9 +65,53 @@ int Main() {
   if (!model.ok()) return Fail(std::string(model.status().message()));
   absl::StatusOr<std::shared_ptr<const Plan>> plan = Compile(*model);
   if (!plan.ok()) return Fail(std::string(plan.status().message()));
-  auto executor = std::make_unique<CpuExecutor>(&pool);
-  CpuExecutor* cpu_executor = executor.get();
+  std::unique_ptr<Executor> executor;
+  CpuExecutor* cpu_executor = nullptr;
+  std::shared_ptr<gpu::Stream> stream;
+  std::string placement;
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device == "cpu") {
+    auto cpu = std::make_unique<CpuExecutor>(&pool);
+    cpu_executor = cpu.get();
+    executor = std::move(cpu);
+  } else {
+    absl::string_view rest = device;
+    int index = 0;
+    if (!absl::ConsumePrefix(&rest, "gpu") ||
+        (!rest.empty() && (!absl::ConsumePrefix(&rest, ":") || !absl::SimpleAtoi(rest, &index)))) {
+      return Fail("--device must be cpu, gpu or gpu:N, got " + device);
+    }
+    absl::StatusOr<std::shared_ptr<gpu::Device>> opened = gpu::Device::Get(index);
+    if (!opened.ok()) return Fail(std::string(opened.status().message()));
+    absl::StatusOr<std::shared_ptr<gpu::Stream>> made = gpu::Stream::Create(*opened);
+    if (!made.ok()) return Fail(std::string(made.status().message()));
+    stream = *made;
+    gpu::GpuExecutorOptions options;
+    options.stream = stream;
+    options.threads = &pool;
+    absl::StatusOr<std::unique_ptr<gpu::GpuExecutor>> gpu_executor = gpu::GpuExecutor::Create(*plan, *model, options);
+    if (!gpu_executor.ok()) return Fail(std::string(gpu_executor.status().message()));
+    placement = absl::StrCat((*opened)->info().name, "; ", (*gpu_executor)->placement().Summary());
+    executor = *std::move(gpu_executor);
+  }
   Session session(*plan, std::move(executor));
+  // One run as served: on the GPU fresh input copies each run (their upload is part of it) and every output read.
+  auto run = [&](const NamedTensors& given) -> absl::StatusOr<NamedTensors> {
+    if (stream == nullptr) return session.Run(given);
+    NamedTensors fresh;
+    for (const auto& [name, tensor] : given) {
+      Tensor copy = *Tensor::Allocate(tensor.dtype(), tensor.shape());
+      std::memcpy(copy.mutable_raw_data(), tensor.raw_data(), tensor.byte_size());
+      fresh.emplace_back(name, std::move(copy));
+    }
+    absl::StatusOr<NamedTensors> outputs = session.Run(fresh);
+    if (outputs.ok()) {
+      for (const auto& [name, tensor] : *outputs) {
+        if (absl::Status synced = tensor.buffer()->SyncToHost(); !synced.ok()) return synced;
+      }
+    }
+    return outputs;
+  };
 
   NamedTensors inputs;
   for (const std::string& spec : absl::GetFlag(FLAGS_input)) {
@@ -69,7 +121,7 @@ int Main() {
     if (!tensor.ok()) return Fail(std::string(tensor.status().message()));
     inputs.emplace_back(parts[0], *tensor);
   }
-  absl::StatusOr<NamedTensors> first = session.Run(inputs);
+  absl::StatusOr<NamedTensors> first = run(inputs);
   if (!first.ok()) return Fail(std::string(first.status().message()));
 
   double worst_relative_error = 0;
@@ -99,7 +151,8 @@ int Main() {
                 " of the reference's max abs");
   }
 
-  for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) (void)session.Run(inputs);
+  for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) (void)run(inputs);
+  const gpu::TransferCounts transfers_before = stream != nullptr ? stream->transfers() : gpu::TransferCounts();
   std::vector<double> all_ms, repeat_medians;
   for (int repeat = 0; repeat < absl::GetFlag(FLAGS_repeats); ++repeat) {
     std::vector<double> ms;
@@ -108,7 +161,7 @@ int Main() {
            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
                absl::GetFlag(FLAGS_min_time)) {
       const auto t0 = std::chrono::steady_clock::now();
-      absl::StatusOr<NamedTensors> outputs = session.Run(inputs);
+      absl::StatusOr<NamedTensors> outputs = run(inputs);
       const auto t1 = std::chrono::steady_clock::now();
       if (!outputs.ok()) return Fail(std::string(outputs.status().message()));
       ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
@@ -117,7 +170,11 @@ int Main() {
     all_ms.insert(all_ms.end(), ms.begin(), ms.end());
   }
   const double median = Median(repeat_medians);
-  if (absl::GetFlag(FLAGS_profile)) {
+  const gpu::TransferCounts moved = stream != nullptr ? stream->transfers() - transfers_before : gpu::TransferCounts();
+  const double runs = static_cast<double>(all_ms.size());
+  if (absl::GetFlag(FLAGS_profile) && cpu_executor == nullptr) {
+    std::fprintf(stderr, "profile: per-op times are measured on the CPU executor only\n");
+  } else if (absl::GetFlag(FLAGS_profile)) {
     CpuExecutor::Profile profile;
     cpu_executor->EnableProfiling(&profile);
     for (int i = 0; i < absl::GetFlag(FLAGS_min_iters); ++i) (void)session.Run(inputs);
@@ -141,14 +198,21 @@ int Main() {
     }
   }
   if (absl::GetFlag(FLAGS_json)) {
-    std::printf("{\"model\": \"%s\", \"threads\": %d, \"median_ms\": %.4f, \"p10_ms\": %.4f, \"p90_ms\": %.4f, "
-                "\"runs\": %zu, \"max_rel_error\": %.3g}\n",
-                absl::GetFlag(FLAGS_model).c_str(), threads, median, Percentile(all_ms, 0.1),
-                Percentile(all_ms, 0.9), all_ms.size(), worst_relative_error);
+    std::printf("{\"model\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"median_ms\": %.4f, "
+                "\"p10_ms\": %.4f, \"p90_ms\": %.4f, \"runs\": %zu, \"max_rel_error\": %.3g, "
+                "\"uploads_per_run\": %.2f, \"downloads_per_run\": %.2f}\n",
+                absl::GetFlag(FLAGS_model).c_str(), device.c_str(), threads, median, Percentile(all_ms, 0.1),
+                Percentile(all_ms, 0.9), all_ms.size(), worst_relative_error, moved.uploads / runs,
+                moved.downloads / runs);
   } else {
     std::printf("model %s threads %d: median %.3f ms (p10 %.3f, p90 %.3f, %zu runs), max rel error %.3g\n",
                 absl::GetFlag(FLAGS_model).c_str(), threads, median, Percentile(all_ms, 0.1),
                 Percentile(all_ms, 0.9), all_ms.size(), worst_relative_error);
+    if (stream != nullptr) {
+      std::printf("device %s\ntransfers per run: %.2f uploads (%.0f bytes), %.2f downloads (%.0f bytes)\n",
+                  placement.c_str(), moved.uploads / runs, moved.upload_bytes / runs, moved.downloads / runs,
+                  moved.download_bytes / runs);
+    }
   }
   return 0;
 }

@@ -8,7 +8,8 @@
 //
 // Each step is TrainingStep(): Module::TrainStep (forward + loss + backward into the gradient accumulators), then
 // Optimizer::Step and Module::LazyResetGrad — exactly one step of a daemon session's TrainStep RPC. Every step trains
-// on the same batch (as ../shared/bench/torch_train_bench.py does). Reported: the median ms/step of the timed
+// on the same batch (as ../shared/bench/torch_train_bench.py does). --device gpu[:N] trains on the OpenCL GPU
+// executor and reports the transfers between host and device per step. Reported: the median ms/step of the timed
 // steps, p10/p90, peak RSS of the process and the peak bytes the training model's buffer pool had handed out at
 // once. --dump DIR writes losses.npy (the loss before each step, warm-up included, in order), grads/<param>.npy
 // (the first step's gradients) and params/<param>.npy (the trainable parameters after the last step).
@@ -31,8 +32,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "bench/bench_stats.h"
 #include "engine/core/status_macros.h"
+#include "engine/gpu/gpu_executor.h"
 #include "engine/io/npy.h"
 #include "engine/model/model_loader.h"
 #include "engine/runtime/cpu_executor.h"
@@ -70,6 +73,9 @@ ABSL_FLAG(bool, json, false, "Print one JSON line instead of text.");
 ABSL_FLAG(bool, report_phases, false,
           "Print the process's memory (VmRSS, its anonymous and file-backed parts, VmHWM) and page faults after each phase: loading, "
           "GenerateArtifacts, Module and Optimizer set-up, the first step, the warm-up, the timed steps.");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, or gpu / gpu:N: the OpenCL GPU executor on device N (each step then gets a fresh copy of the batch, "
+          "as a served step does, and the transfers per step are reported).");
 
 namespace traind::engine {
 namespace {
@@ -157,7 +163,16 @@ struct Trainer {
 // lazy gradient reset. Returns the loss computed before the update. `after_backward` (may be null) sees the state
 // with this step's gradients.
 absl::StatusOr<float> TrainingStep(Trainer& trainer, const std::function<absl::Status()>& after_backward = nullptr) {
-  TRAIND_ASSIGN_OR_RETURN(NamedTensors outputs, trainer.module->TrainStep(trainer.batch));
+  NamedTensors batch = trainer.batch;
+  if (trainer.module->gpu_stream() != nullptr) {
+    // A fresh batch, as a daemon decodes one per step: its upload is part of the step.
+    for (auto& [name, tensor] : batch) {
+      TRAIND_ASSIGN_OR_RETURN(Tensor copy, Tensor::Allocate(tensor.dtype(), tensor.shape()));
+      std::memcpy(copy.mutable_raw_data(), tensor.raw_data(), tensor.byte_size());
+      tensor = std::move(copy);
+    }
+  }
+  TRAIND_ASSIGN_OR_RETURN(NamedTensors outputs, trainer.module->TrainStep(batch));
   const float loss = outputs[0].second.data<float>()[0];
   if (after_backward) TRAIND_RETURN_IF_ERROR(after_backward());
   const auto optimizer_start = std::chrono::steady_clock::now();
@@ -215,6 +230,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(int threads) {
   ModuleOptions module_options;
   module_options.num_threads = threads;
   ReportPhase("checkpoint state");
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cpu") {
+    absl::string_view rest = device;
+    int index = 0;
+    if (!absl::ConsumePrefix(&rest, "gpu") || (!rest.empty() && (!absl::ConsumePrefix(&rest, ":") ||
+                                                                 !absl::SimpleAtoi(rest, &index)))) {
+      return absl::InvalidArgumentError(absl::StrCat("--device must be cpu, gpu or gpu:N, got ", device));
+    }
+    module_options.executor = ExecutorKind::kGpu;
+    module_options.gpu_device_index = index;
+  }
   TRAIND_ASSIGN_OR_RETURN(trainer->module, Module::Create(artifacts, &trainer->state, module_options));
   ReportPhase("module");
   TRAIND_ASSIGN_OR_RETURN(trainer->optimizer, Optimizer::Create(artifacts.optimizer_model, trainer->module.get()));
@@ -232,8 +258,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(int threads) {
   return trainer;
 }
 
-CpuExecutor& TrainingExecutor(const Trainer& trainer) {
-  return static_cast<CpuExecutor&>(trainer.module->training_session().executor());
+// Null on the GPU executor.
+CpuExecutor* TrainingExecutor(const Trainer& trainer) {
+  return dynamic_cast<CpuExecutor*>(&trainer.module->training_session().executor());
 }
 
 // '/' cannot appear in a file name.
@@ -261,7 +288,11 @@ std::vector<std::pair<std::string, const Tensor*>> TrainableTensors(const Traine
 
 void PrintProfile(Trainer& trainer, int steps) {
   CpuExecutor::Profile profile;
-  CpuExecutor& executor = TrainingExecutor(trainer);
+  if (TrainingExecutor(trainer) == nullptr) {
+    std::fprintf(stderr, "profile: per-op times are measured on the CPU executor only\n");
+    return;
+  }
+  CpuExecutor& executor = *TrainingExecutor(trainer);
   executor.EnableProfiling(&profile);
   double optimizer_seconds = 0;
   for (int i = 0; i < steps; ++i) {
@@ -328,6 +359,8 @@ int Main() {
   }
   ReportPhase("warm-up");
   std::vector<double> ms;
+  gpu::Stream* stream = trainer.module->gpu_stream();
+  const gpu::TransferCounts transfers_before = stream != nullptr ? stream->transfers() : gpu::TransferCounts();
   const auto start = std::chrono::steady_clock::now();
   while (static_cast<int>(ms.size()) < absl::GetFlag(FLAGS_steps) ||
          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
@@ -340,6 +373,10 @@ int Main() {
   }
   if (ms.empty()) return Fail(absl::InvalidArgumentError("no timed steps (--steps 0 and --min_time 0)"));
   ReportPhase("timed steps");
+  // Transfers per timed step (GPU): what a served step moves between host and device.
+  const gpu::TransferCounts moved =
+      stream != nullptr ? stream->transfers() - transfers_before : gpu::TransferCounts();
+  const double steps = static_cast<double>(ms.size());
   if (!dump.empty()) {
     absl::StatusOr<Tensor> loss_tensor =
         Tensor::FromVector<float>({static_cast<int64_t>(losses.size())}, losses);
@@ -355,19 +392,36 @@ int Main() {
   rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   const double peak_rss_mb = usage.ru_maxrss / 1024.0;
-  const double peak_pool_mb = TrainingExecutor(trainer).buffers().peak_bytes_in_use() / (1024.0 * 1024.0);
+  const double peak_pool_mb =
+      (stream != nullptr ? static_cast<double>(stream->peak_bytes_in_use())
+                         : static_cast<double>(TrainingExecutor(trainer)->buffers().peak_bytes_in_use())) /
+      (1024.0 * 1024.0);
+  std::string placement = "cpu";
+  if (stream != nullptr) {
+    const auto& training = dynamic_cast<const gpu::GpuExecutor&>(trainer.module->training_session().executor());
+    placement = absl::StrCat(stream->device().info().name, "; training model: ", training.placement().Summary());
+  }
   const double median = Median(ms);
   if (absl::GetFlag(FLAGS_json)) {
-    std::printf("{\"model\": \"%s\", \"threads\": %d, \"median_ms\": %.4f, \"p10_ms\": %.4f, \"p90_ms\": %.4f, "
-                "\"steps\": %zu, \"peak_rss_mb\": %.1f, \"peak_pool_mb\": %.1f, \"first_loss\": %.7g, "
-                "\"last_loss\": %.7g}\n",
-                absl::GetFlag(FLAGS_model).c_str(), threads, median, Percentile(ms, 0.1), Percentile(ms, 0.9),
-                ms.size(), peak_rss_mb, peak_pool_mb, losses.front(), losses.back());
+    std::printf("{\"model\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"median_ms\": %.4f, "
+                "\"p10_ms\": %.4f, \"p90_ms\": %.4f, \"steps\": %zu, \"peak_rss_mb\": %.1f, \"peak_pool_mb\": %.1f, "
+                "\"first_loss\": %.7g, \"last_loss\": %.7g, \"uploads_per_step\": %.2f, "
+                "\"upload_bytes_per_step\": %.0f, \"downloads_per_step\": %.2f, \"download_bytes_per_step\": %.0f}\n",
+                absl::GetFlag(FLAGS_model).c_str(), absl::GetFlag(FLAGS_device).c_str(), threads, median,
+                Percentile(ms, 0.1), Percentile(ms, 0.9), ms.size(), peak_rss_mb, peak_pool_mb, losses.front(),
+                losses.back(), moved.uploads / steps, moved.upload_bytes / steps, moved.downloads / steps,
+                moved.download_bytes / steps);
   } else {
     std::printf("model %s threads %d: median %.3f ms/step (p10 %.3f, p90 %.3f, %zu steps), peak RSS %.1f MB, "
                 "peak pool %.1f MB, loss %.6g -> %.6g\n",
                 absl::GetFlag(FLAGS_model).c_str(), threads, median, Percentile(ms, 0.1), Percentile(ms, 0.9),
                 ms.size(), peak_rss_mb, peak_pool_mb, losses.front(), losses.back());
+    if (stream != nullptr) {
+      std::printf("device %s\ntransfers per step: %.2f uploads (%.0f bytes), %.2f downloads (%.0f bytes), "
+                  "%.2f device-to-device copies\n",
+                  placement.c_str(), moved.uploads / steps, moved.upload_bytes / steps, moved.downloads / steps,
+                  moved.download_bytes / steps, moved.device_copies / steps);
+    }
   }
   return 0;
 }

@@ -9,6 +9,7 @@ BUILD_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libssl-dev openssl prometheus-cpp-dev libonnx-dev libgtest-dev libgmock-dev
   libdnnl-dev libopenblas-dev zlib1g-dev
+  ocl-icd-opencl-dev opencl-headers libclblast-dev
 )
 # Tests, golden-data generators, the Python client, cross-checks and fuzzing (clang 14 + libFuzzer: --config=fuzz).
 TEST_PACKAGES=(
@@ -16,6 +17,7 @@ TEST_PACKAGES=(
   python3-venv python3-pip python3-setuptools python3-wheel python3-sklearn prometheus
   # Fleets and deployment: history plots, the Debian packages (dpkg-buildpackage), manifest checks.
   python3-matplotlib python3-yaml dpkg-dev debhelper dh-python python3-all fakeroot
+  pocl-opencl-icd clinfo
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
 )
 

@@ -73,6 +73,10 @@ ABSL_FLAG(int64_t, session_memory_budget, 0,
           "decoding one model. 0: half of this machine's memory.");
 ABSL_FLAG(std::vector<std::string>, data_dir, {},
           "Directories (comma-separated) whose files training jobs may read by a relative local_path.");
+ABSL_FLAG(std::string, gpu_program_cache_dir, "",
+          "Where the GPU executor keeps compiled OpenCL kernels between starts; empty: <state_dir>/opencl-cache.");
+ABSL_FLAG(int64_t, gpu_memory_limit_bytes, 0,
+          "Device memory the daemon may use on each OpenCL device, in bytes; 0: the device's global memory.");
 ABSL_FLAG(std::string, ready_file, "",
           "Write a JSON file with the bound addresses and the pid here once serving (atomically).");
 ABSL_FLAG(std::string, log_level, "info", "Least severe log level printed: debug, info, warn or error.");
@@ -108,6 +112,8 @@ traind::ServerOptions OptionsFromFlags() {
   options.max_forward_bytes_per_session = absl::GetFlag(FLAGS_max_forward_bytes_per_session);
   options.forward_handle_ttl = absl::GetFlag(FLAGS_forward_handle_ttl);
   options.data_dirs = absl::GetFlag(FLAGS_data_dir);
+  options.gpu_program_cache_dir = absl::GetFlag(FLAGS_gpu_program_cache_dir);
+  options.gpu_memory_limit_bytes = absl::GetFlag(FLAGS_gpu_memory_limit_bytes);
   options.session_memory_budget = absl::GetFlag(FLAGS_session_memory_budget);
   return options;
 }

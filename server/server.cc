@@ -22,6 +22,7 @@
 #include "prometheus/exposer.h"
 #include "engine/core/memory_budget.h"
 #include "engine/core/thread_pool.h"
+#include "engine/gpu/device.h"
 #include "engine/io/file_util.h"
 #include "engine/training/checkpoint.h"
 #include "server/artifact_store.h"
@@ -264,6 +265,14 @@ absl::StatusOr<std::unique_ptr<TraindServer>> TraindServer::Start(const ServerOp
   absl::StatusOr<int> lock_fd = LockStateDir(state->options.state_dir);
   if (!lock_fd.ok()) return lock_fd.status();
   state->lock_fd = *lock_fd;
+  if (options.gpu_memory_limit_bytes < 0) {
+    return absl::InvalidArgumentError("--gpu_memory_limit_bytes must be >= 0");
+  }
+  // Before any session opens a device: compiled kernels persist in the state directory (a restart does not
+  // recompile them), and the device memory limit applies from the first allocation.
+  engine::gpu::SetRuntimeOptions({options.gpu_program_cache_dir.empty() ? state->options.state_dir + "/opencl-cache"
+                                                                        : options.gpu_program_cache_dir,
+                                  options.gpu_memory_limit_bytes});
 
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(options.tls);
   if (!credentials.ok()) return credentials.status();

@@ -62,6 +62,10 @@ struct ServerOptions {
   absl::Duration forward_handle_ttl = absl::Minutes(10);
   // Written atomically, as JSON with the bound addresses and the pid, once the daemon serves.
   std::string ready_file;
+  // The GPU executor (OpenCL): where compiled kernels are kept between starts (empty: <state_dir>/opencl-cache),
+  // and the device memory the daemon may use on each device (0: the device's global memory).
+  std::string gpu_program_cache_dir;
+  int64_t gpu_memory_limit_bytes = 0;
 };
 
 // The default state directory: $XDG_STATE_HOME/traind, else $HOME/.local/state/traind, else ./traind-state.

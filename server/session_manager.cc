@@ -199,6 +199,8 @@ class SessionManager::Session {
     info_.display_name = record.display_name;
     info_.artifact_id = record.origin.artifact_id;
     info_.num_threads = num_threads;
+    info_.gpu = record.gpu;
+    info_.device_index = record.device_index;
     info_.checkpoint_policy = record.checkpoint_policy;
     info_.training_inputs = module->TrainingInputs();
     info_.output_names = module->TrainingOutputNames();
@@ -395,6 +397,8 @@ absl::StatusOr<SessionInfo> SessionManager::Create(const Caller& caller, Session
   record.seed = settings.seed != 0 ? settings.seed : RandomSeed();
   record.checkpoint_policy = settings.checkpoint_policy.value_or(limits_.default_checkpoint_policy);
   record.created_time = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  record.gpu = settings.gpu;
+  record.device_index = settings.device_index;
   auto session = std::make_shared<Session>(std::move(record));
   return Open(std::move(session), std::move(models), caller.cancelled, /*persist=*/true);
 }
@@ -424,6 +428,10 @@ absl::StatusOr<SessionInfo> SessionManager::Open(std::shared_ptr<Session> sessio
   engine::ModuleOptions module_options;
   module_options.num_threads = session->record.num_threads;
   module_options.random_seed = session->record.seed;
+  if (session->record.gpu) {
+    module_options.executor = engine::ExecutorKind::kGpu;
+    module_options.gpu_device_index = session->record.device_index;
+  }
   module_options.memory_budget_bytes = limits_.memory_budget_bytes;
   session->state = std::move(models.checkpoint);
   TRAIND_RETURN_IF_ERROR(compute_->Run(
@@ -1153,7 +1161,7 @@ absl::StatusOr<ForwardResult> SessionManager::Forward(const Caller& caller, cons
         ": run Backward on (or ReleaseForward) earlier handles, or use smaller batches"));
   }
   // Committed: the running statistics move as in PyTorch's train-mode forward, and the pass is kept.
-  session->module->ApplyRunningStatistics(pass);
+  TRAIND_RETURN_IF_ERROR(session->module->ApplyRunningStatistics(pass));
   session->changed_since_checkpoint = true;
   result.handle = NewRandomId(kForwardHandlePrefix);
   result.saved_bytes = bytes;

@@ -54,6 +54,8 @@ struct SessionSettings {
   int num_threads = 0;   // intra-op threads; 0: the daemon's default
   uint64_t seed = 0;     // Dropout masks; 0: a random seed
   std::optional<CheckpointPolicy> checkpoint_policy;  // unset: the daemon's default
+  bool gpu = false;      // the GPU executor (engine/gpu) on OpenCL device `device_index`
+  int device_index = 0;
 };
 
 // SetScheduler's request. No scheduler: the current one is removed and the learning rate stays where it is.
@@ -83,6 +85,8 @@ struct SessionInfo {
   float learning_rate = 0.0f;
   engine::PropertyBag properties;
   int num_threads = 0;
+  bool gpu = false;
+  int device_index = 0;
   std::string scheduler;  // kind, "" without one
   float last_loss = 0.0f;  // NaN before the first TrainStep
   int64_t train_steps = 0;

@@ -55,6 +55,8 @@ internal::SessionRecord ToProto(const SessionRecordData& record) {
     }
   }
   proto.set_created_time(record.created_time);
+  proto.set_executor(record.gpu ? v1::GPU : v1::CPU);
+  proto.set_device_index(record.device_index);
   return proto;
 }
 
@@ -90,6 +92,8 @@ SessionRecordData FromProto(const internal::SessionRecord& proto) {
     }
   }
   record.created_time = proto.created_time();
+  record.gpu = proto.executor() == v1::GPU;
+  record.device_index = proto.device_index();
   return record;
 }
 

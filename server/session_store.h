@@ -54,6 +54,8 @@ struct SessionRecordData {
   CheckpointPolicy checkpoint_policy;
   engine::SchedulerState manual_scheduler;  // empty kind: none
   double created_time = 0;
+  bool gpu = false;      // the GPU executor on OpenCL device `device_index`
+  int device_index = 0;
 };
 
 class SessionStore {

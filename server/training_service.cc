@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/gpu/device.h"
 #include "engine/io/file_util.h"
 #include "engine/model/model_loader.h"
 #include "engine/training/artifacts.h"
@@ -206,6 +207,24 @@ grpc::Status TrainingServiceImpl::GetServerInfo(Context* /*context*/, const v1::
   response->set_version(kTraindVersion);
   response->set_grpc_version(grpc::Version());
   response->add_executors("cpu");
+  // The GPU executor is always built; it is offered where OpenCL finds a device (pocl counts: OpenCL on the CPU).
+  absl::StatusOr<std::vector<engine::gpu::DeviceInfo>> devices = engine::gpu::ListDevices();
+  if (devices.ok()) {
+    response->add_executors("gpu");
+    for (const engine::gpu::DeviceInfo& device : *devices) {
+      v1::GpuDevice* wire = response->add_gpu_devices();
+      wire->set_index(device.index);
+      wire->set_platform(device.platform);
+      wire->set_name(device.name);
+      wire->set_vendor(device.vendor);
+      wire->set_version(device.version);
+      wire->set_global_memory_bytes(device.global_memory_bytes);
+      if (auto stats = engine::gpu::Device::ProgramCacheStatsIfOpen(device.index)) {
+        wire->set_programs_compiled(stats->compiled);
+        wire->set_programs_loaded_from_cache(stats->loaded_binaries);
+      }
+    }
+  }
   response->set_min_opset(engine::kMinOnnxOpset);
   response->set_max_opset(engine::kMaxOnnxOpset);
   response->set_max_message_bytes(limits_.max_message_bytes);
@@ -389,10 +408,24 @@ grpc::Status TrainingServiceImpl::CreateSession(Context* context, const v1::Crea
                                                 v1::Session* response) {
   TRAIND_AUTHORIZE(call);
   if (request->executor() == v1::GPU) {
-    return Fail(context, absl::FailedPreconditionError("this daemon has no GPU executor (GetServerInfo lists them)"),
-                "NO_GPU");
+    // Never a silent CPU fallback: a GPU session gets a GPU or an error.
+    absl::StatusOr<std::vector<engine::gpu::DeviceInfo>> devices = engine::gpu::ListDevices();
+    if (!devices.ok()) {
+      return Fail(context,
+                  absl::FailedPreconditionError(absl::StrCat("this daemon has no OpenCL device for the GPU executor: ",
+                                                             devices.status().message())),
+                  "NO_GPU");
+    }
+    if (request->device_index() < 0 || request->device_index() >= static_cast<int>(devices->size())) {
+      return Fail(context, absl::InvalidArgumentError(absl::StrCat(
+                               "device_index ", request->device_index(), " is not a GPU device of this daemon (it has ",
+                               devices->size(), "; GetServerInfo lists them)")));
+    }
+  } else if (request->device_index() != 0) {
+    return Fail(context, absl::InvalidArgumentError("device_index is for the GPU executor only"));
   }
-  if (request->executor() != v1::CPU && request->executor() != v1::EXECUTOR_UNSPECIFIED) {
+  if (request->executor() != v1::CPU && request->executor() != v1::EXECUTOR_UNSPECIFIED &&
+      request->executor() != v1::GPU) {
     return Fail(context, absl::InvalidArgumentError(absl::StrCat("unknown executor ", request->executor())));
   }
   if (request->display_name().size() > kMaxDisplayNameLength) {
@@ -410,6 +443,8 @@ grpc::Status TrainingServiceImpl::CreateSession(Context* context, const v1::Crea
   settings.display_name = request->display_name();
   settings.origin = OriginOf(*request);
   settings.num_threads = request->num_threads();
+  settings.gpu = request->executor() == v1::GPU;
+  settings.device_index = request->device_index();
   settings.seed = request->seed();
   if (request->has_checkpoint_policy()) {
     const v1::CheckpointPolicy& policy = request->checkpoint_policy();

@@ -130,7 +130,8 @@ void SessionInfoToWire(const SessionInfo& info, v1::Session* wire) {
   wire->set_display_name(info.display_name);
   wire->set_artifact_id(info.artifact_id);
   wire->set_state(info.busy ? v1::BUSY : v1::READY);
-  wire->set_executor(v1::CPU);
+  wire->set_executor(info.gpu ? v1::GPU : v1::CPU);
+  if (info.gpu) wire->set_device_index(info.device_index);
   for (const auto& input : info.training_inputs) TensorInfoToWire(input, wire->add_training_inputs());
   for (const auto& input : info.eval_inputs) TensorInfoToWire(input, wire->add_eval_inputs());
   for (const auto& name : info.output_names) wire->add_output_names(name);

@@ -1,6 +1,9 @@
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include "engine/core/buffer_pool.h"
 #include "engine/core/memory_budget.h"
@@ -101,6 +104,86 @@ TEST(BufferPoolTest, BuffersMayOutliveThePool) {
   }
   survivor.mutable_data<int64_t>()[7] = 1;  // ASan would flag a freed buffer.
   EXPECT_EQ(survivor.data<int64_t>()[7], 1);
+}
+
+// A device copy in host memory, counting what crosses: the protocol of Buffer's two copies without a device.
+class FakeDeviceCopy : public DeviceCopy {
+ public:
+  explicit FakeDeviceCopy(std::vector<char> bytes, int* downloads) : bytes_(std::move(bytes)), downloads_(downloads) {}
+  absl::Status Download(void* host, size_t bytes) override {
+    ++*downloads_;
+    std::memcpy(host, bytes_.data(), bytes);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> CopyInto(Buffer& destination) override {
+    if (destination.device_copy() != nullptr) {
+      static_cast<FakeDeviceCopy*>(destination.device_copy())->bytes_ = bytes_;
+    } else {
+      std::unique_ptr<DeviceCopy> copy = std::make_unique<FakeDeviceCopy>(bytes_, downloads_);
+      if (!destination.AttachDeviceCopy(copy, true)) return false;
+    }
+    destination.MarkWrittenOnDevice();
+    return true;
+  }
+  std::vector<char> bytes_;
+  int* downloads_;
+};
+
+std::vector<char> BytesOf(std::vector<float> values) {
+  std::vector<char> bytes(values.size() * sizeof(float));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+TEST(DeviceCopyTest, HostReadsOfADeviceMadeBufferDownloadOnce) {
+  int downloads = 0;
+  auto buffer = Buffer::CreateOnDevice(12, std::make_unique<FakeDeviceCopy>(BytesOf({1, 2, 3}), &downloads));
+  Tensor tensor(DataType::kFloat32, {3}, buffer, 3);
+  EXPECT_FALSE(buffer->host_current());
+  EXPECT_TRUE(buffer->device_current());
+  EXPECT_EQ(tensor.shape(), Shape({3}));  // Shapes need no bytes.
+  EXPECT_EQ(downloads, 0);
+  EXPECT_EQ(tensor.data<float>()[2], 3.0f);
+  EXPECT_EQ(tensor.data<float>()[0], 1.0f);
+  EXPECT_EQ(downloads, 1);
+  EXPECT_TRUE(buffer->host_current());
+  EXPECT_TRUE(buffer->device_current());
+  tensor.mutable_data<float>()[0] = 7;  // A host write makes the device copy stale.
+  EXPECT_FALSE(buffer->device_current());
+  EXPECT_EQ(tensor.data<float>()[0], 7.0f);
+  EXPECT_EQ(downloads, 1);
+}
+
+TEST(DeviceCopyTest, AWriteOnTheDeviceMakesTheHostStale) {
+  int downloads = 0;
+  Tensor tensor = *Tensor::FromVector<float>({2}, {1, 2});
+  std::unique_ptr<DeviceCopy> copy = std::make_unique<FakeDeviceCopy>(BytesOf({1, 2}), &downloads);
+  ASSERT_TRUE(tensor.buffer()->AttachDeviceCopy(copy, /*device_current=*/true));
+  EXPECT_EQ(copy, nullptr);
+  std::unique_ptr<DeviceCopy> second = std::make_unique<FakeDeviceCopy>(BytesOf({0, 0}), &downloads);
+  EXPECT_FALSE(tensor.buffer()->AttachDeviceCopy(second, true));  // One copy per buffer.
+  EXPECT_NE(second, nullptr);
+  static_cast<FakeDeviceCopy*>(tensor.buffer()->device_copy())->bytes_ = BytesOf({5, 6});
+  tensor.buffer()->MarkWrittenOnDevice();
+  EXPECT_EQ(tensor.data<float>()[1], 6.0f);
+  EXPECT_EQ(downloads, 1);
+}
+
+TEST(DeviceCopyTest, CopyTensorDataStaysOnTheDeviceWhenTheSourceIsThere) {
+  int downloads = 0;
+  Tensor from(DataType::kFloat32, {2},
+              Buffer::CreateOnDevice(8, std::make_unique<FakeDeviceCopy>(BytesOf({3, 4}), &downloads)), 2);
+  Tensor to = *Tensor::FromVector<float>({2}, {0, 0});
+  ASSERT_TRUE(CopyTensorData(from, to).ok());
+  EXPECT_EQ(downloads, 0);
+  EXPECT_FALSE(to.buffer()->host_current());
+  EXPECT_EQ(to.data<float>()[1], 4.0f);  // Downloaded from to's own new device copy.
+  EXPECT_EQ(downloads, 1);
+  // A host source copies on the host; the destination's device copy goes stale.
+  Tensor host = *Tensor::FromVector<float>({2}, {8, 9});
+  ASSERT_TRUE(CopyTensorData(host, to).ok());
+  EXPECT_FALSE(to.buffer()->device_current());
+  EXPECT_EQ(to.data<float>()[0], 8.0f);
 }
 
 TEST(MemoryBudgetTest, RefusesBeyondTheLimitAndNamesIt) {

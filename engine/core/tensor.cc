@@ -1,10 +1,12 @@
 #include "engine/core/tensor.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
 
 namespace traind::engine {
 
@@ -24,7 +26,76 @@ Buffer::Buffer(void* data, size_t size_bytes, size_t capacity_bytes, Releaser re
       releaser_(std::move(releaser)) {}
 
 Buffer::~Buffer() {
-  if (releaser_) releaser_(data_, capacity_bytes_);
+  delete device_copy_.load(std::memory_order_acquire);
+  if (owns_host_memory_) {
+    AlignedFree(data_);
+  } else if (releaser_) {
+    releaser_(data_, capacity_bytes_);
+  }
+}
+
+std::shared_ptr<Buffer> Buffer::CreateOnDevice(size_t size_bytes, std::unique_ptr<DeviceCopy> copy) {
+  auto buffer = std::make_shared<Buffer>(nullptr, size_bytes, size_bytes, nullptr);
+  buffer->host_current_.store(false, std::memory_order_release);
+  buffer->AttachDeviceCopy(copy, /*device_current=*/true);
+  return buffer;
+}
+
+bool Buffer::AttachDeviceCopy(std::unique_ptr<DeviceCopy>& copy, bool device_current) {
+  std::lock_guard<std::mutex> lock(sync_mutex_);
+  DeviceCopy* expected = nullptr;
+  if (!device_copy_.compare_exchange_strong(expected, copy.get(), std::memory_order_acq_rel)) return false;
+  copy.release();
+  device_current_.store(device_current, std::memory_order_release);
+  return true;
+}
+
+void Buffer::MarkDeviceCurrent() {
+  std::lock_guard<std::mutex> lock(sync_mutex_);
+  device_current_.store(true, std::memory_order_release);
+}
+
+void Buffer::MarkWrittenOnDevice() {
+  std::lock_guard<std::mutex> lock(sync_mutex_);
+  device_current_.store(true, std::memory_order_release);
+  host_current_.store(false, std::memory_order_release);
+}
+
+absl::Status Buffer::SyncToHost() const {
+  if (host_current_.load(std::memory_order_acquire)) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(sync_mutex_);
+  if (host_current_.load(std::memory_order_relaxed)) return absl::OkStatus();
+  if (data_ == nullptr) {
+    data_ = AlignedAllocate(size_bytes_);
+    owns_host_memory_ = data_ != nullptr;
+    if (data_ == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size_bytes_, " bytes of host memory"));
+    }
+  }
+  absl::Status status = device_copy_.load(std::memory_order_acquire)->Download(data_, size_bytes_);
+  if (!status.ok()) return status;
+  host_current_.store(true, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+void* Buffer::CurrentHostData() const {
+  if (host_current_.load(std::memory_order_acquire)) return data_;
+  absl::Status status = SyncToHost();
+  if (!status.ok()) {
+    std::fprintf(stderr, "traind: fatal: cannot read a tensor back from its device: %s\n",
+                 std::string(status.message()).c_str());
+    std::abort();
+  }
+  return data_;
+}
+
+void* Buffer::HostDataForWriting() {
+  void* data = CurrentHostData();
+  if (device_current_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(sync_mutex_);
+    device_current_.store(false, std::memory_order_release);
+  }
+  return data;
 }
 
 absl::StatusOr<std::shared_ptr<Buffer>> Buffer::Allocate(size_t size_bytes) {
@@ -55,6 +126,19 @@ absl::StatusOr<Tensor> Tensor::Allocate(DataType dtype, Shape shape) {
 
 Tensor Tensor::Reshaped(Shape shape) const {
   return Tensor(dtype_, std::move(shape), buffer_, num_elements_);
+}
+
+absl::Status CopyTensorData(const Tensor& from, Tensor& to) {
+  if (from.buffer() == to.buffer()) return absl::OkStatus();
+  const Buffer& source = *from.buffer();
+  if (DeviceCopy* copy = source.device_copy(); copy != nullptr && source.device_current()) {
+    absl::StatusOr<bool> copied = copy->CopyInto(*to.buffer());
+    if (!copied.ok()) return copied.status();
+    if (*copied) return absl::OkStatus();
+  }
+  TRAIND_RETURN_IF_ERROR(source.SyncToHost());
+  std::memcpy(to.mutable_raw_data(), from.raw_data(), to.byte_size());
+  return absl::OkStatus();
 }
 
 std::string Tensor::DebugString() const {

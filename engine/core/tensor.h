@@ -2,6 +2,11 @@
 // shared_ptr, never the data. Invariant: buffer()->size_bytes() >= num_elements() * ElementSize.
 // Several tensors may share one buffer (Reshape and friends alias their input); kernels never write
 // into their inputs, so sharing is safe.
+//
+// A buffer may also have a copy in an accelerator's memory (a DeviceCopy, made by engine/gpu): the GPU executor
+// keeps parameters, gradients and optimizer state there across steps. The buffer records which of its two copies
+// is current, and every host access (data(), mutable_data()) first brings the host bytes up to date, so code that
+// knows nothing of devices (checkpoints, CPU kernels, the server) always reads current values.
 #ifndef TRAIND_ENGINE_CORE_TENSOR_H_
 #define TRAIND_ENGINE_CORE_TENSOR_H_
 
@@ -9,7 +14,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -21,6 +28,20 @@
 namespace traind::engine {
 
 inline constexpr size_t kTensorAlignment = 64;
+
+class Buffer;
+
+// The copy of a Buffer's bytes in an accelerator's memory (engine/gpu implements it).
+class DeviceCopy {
+ public:
+  virtual ~DeviceCopy() = default;
+  // Copies the device bytes into `host` (`bytes` of them) and returns when they are there.
+  virtual absl::Status Download(void* host, size_t bytes) = 0;
+  // Copies the device bytes into `destination`'s device copy on the same device, attaching one if it has none,
+  // without going through the host; the destination is then current on the device only. False (nothing done)
+  // when it cannot, e.g. the destination lives on another device.
+  virtual absl::StatusOr<bool> CopyInto(Buffer& destination) = 0;
+};
 
 // One aligned allocation. Freed (or returned to its pool) by the deleter given at construction.
 class Buffer {
@@ -34,15 +55,49 @@ class Buffer {
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
-  void* data() const { return data_; }
+  // The host bytes, current: if only the device copy is, they are downloaded first (a buffer made on a device
+  // gets its host memory then). A failed download (a lost device) aborts the process with a message; callers that
+  // can report an error call SyncToHost() first.
+  void* data() const {
+    return device_copy_.load(std::memory_order_acquire) == nullptr ? data_ : CurrentHostData();
+  }
+  // The same, for writing: the device copy, if any, is stale from now on.
+  void* mutable_data() {
+    return device_copy_.load(std::memory_order_acquire) == nullptr ? data_ : HostDataForWriting();
+  }
   size_t size_bytes() const { return size_bytes_; }
   size_t capacity_bytes() const { return capacity_bytes_; }
 
+  // ---- Device copies (engine/gpu). Without one, a buffer is plain host memory and none of this costs anything.
+  // A buffer whose bytes so far exist only in `copy`; host memory is allocated at the first host access.
+  static std::shared_ptr<Buffer> CreateOnDevice(size_t size_bytes, std::unique_ptr<DeviceCopy> copy);
+  // Null without one. Attached once, it stays until the buffer goes.
+  DeviceCopy* device_copy() const { return device_copy_.load(std::memory_order_acquire); }
+  // Attaches `copy` to a buffer that has none (false, and `copy` is kept by the caller, if one came first).
+  // `device_current`: the copy already holds the buffer's bytes.
+  bool AttachDeviceCopy(std::unique_ptr<DeviceCopy>& copy, bool device_current);
+  bool host_current() const { return host_current_.load(std::memory_order_acquire); }
+  bool device_current() const { return device_current_.load(std::memory_order_acquire); }
+  // An upload made the device copy equal to the host bytes.
+  void MarkDeviceCurrent();
+  // The device copy was written: the host bytes are stale until the next host access downloads them.
+  void MarkWrittenOnDevice();
+  // Brings the host bytes up to date, reporting a failed download instead of aborting.
+  absl::Status SyncToHost() const;
+
  private:
-  void* data_;
+  void* CurrentHostData() const;
+  void* HostDataForWriting();
+
+  mutable void* data_;  // Null only for a buffer made on a device, until its first host access.
   size_t size_bytes_;
   size_t capacity_bytes_;
   Releaser releaser_;
+  mutable bool owns_host_memory_ = false;  // Host memory allocated at a device buffer's first host access.
+  std::atomic<DeviceCopy*> device_copy_{nullptr};  // Owned.
+  mutable std::atomic<bool> host_current_{true};
+  std::atomic<bool> device_current_{false};
+  mutable std::mutex sync_mutex_;  // Serialises downloads and flag changes of a buffer with a device copy.
 };
 
 // Raw aligned allocation helpers shared by Buffer and BufferPool. Never returns null for success:
@@ -72,7 +127,7 @@ class Tensor {
   const std::shared_ptr<Buffer>& buffer() const { return buffer_; }
 
   const void* raw_data() const { return buffer_ ? buffer_->data() : nullptr; }
-  void* mutable_raw_data() { return buffer_ ? buffer_->data() : nullptr; }
+  void* mutable_raw_data() { return buffer_ ? buffer_->mutable_data() : nullptr; }
   // Typed access. The caller has checked dtype (kernels dispatch on dtype first).
   template <typename T>
   const T* data() const { return static_cast<const T*>(raw_data()); }
@@ -90,6 +145,11 @@ class Tensor {
   int64_t num_elements_ = 0;
   std::shared_ptr<Buffer> buffer_;
 };
+
+// Copies `from`'s bytes into `to`'s buffer (same byte size, checked by the caller), so that every holder of `to`
+// sees them; a no-op when both share a buffer. When `from` is current on a device, the copy stays on that device
+// (a parameter updated by the GPU optimizer never crosses to the host).
+absl::Status CopyTensorData(const Tensor& from, Tensor& to);
 
 template <typename T>
 absl::StatusOr<Tensor> Tensor::FromVector(Shape shape, absl::Span<const T> values, DataType dtype) {

@@ -37,12 +37,13 @@ inline void SoftmaxSlab(const T* x, T* y, int64_t n, int64_t inner, int64_t coun
     }
   }
   if (log) {
-    // log softmax = x - max - log(sum): exact for the largest entries, no log(0) underflow.
-    for (int64_t i = 0; i < count; ++i) max[i] += std::log(sum[i]);
+    // log softmax = (x - max) - log(sum), in that order: x - max is exact for the largest entries, and no log(0)
+    // underflows. Not x - (max + log(sum)): max + log(sum) rounds to an ulp of max (6e-5 for max = 1000).
+    for (int64_t i = 0; i < count; ++i) sum[i] = std::log(sum[i]);
     for (int64_t a = 0; a < n; ++a) {
       const T* row = x + a * inner;
       T* out = y + a * inner;
-      for (int64_t i = 0; i < count; ++i) out[i] = row[i] - max[i];
+      for (int64_t i = 0; i < count; ++i) out[i] = (row[i] - max[i]) - sum[i];
     }
   } else {
     for (int64_t i = 0; i < count; ++i) sum[i] = T(1) / sum[i];

@@ -52,6 +52,44 @@ CpuExecutor::CpuExecutor(ThreadPool* threads, std::shared_ptr<BufferPool> buffer
       buffers_(buffers ? std::move(buffers) : BufferPool::Create()),
       random_seed_(random_seed) {}
 
+uint64_t RunRandomSeed(uint64_t session_seed, uint64_t run_index) {
+  return session_seed != 0 ? Mix(session_seed ^ Mix(run_index)) : 0;
+}
+
+absl::Status RunNodeOnCpu(const PlannedNode& node, size_t node_index, std::vector<Tensor>& slots,
+                          BufferPool& buffers, ThreadPool& threads, uint64_t run_seed,
+                          absl::Span<const int> donated_positions) {
+  absl::InlinedVector<const Tensor*, 8> node_inputs;
+  absl::InlinedVector<Tensor*, 4> node_outputs;
+  for (int slot : node.inputs) {
+    // A slot can be empty only if its producer was skipped, which the plan rules out; still,
+    // pass nullptr rather than an undefined tensor so kernels see "omitted".
+    node_inputs.push_back(slot >= 0 && slots[slot].defined() ? &slots[slot] : nullptr);
+  }
+  for (int slot : node.outputs) node_outputs.push_back(slot >= 0 ? &slots[slot] : nullptr);
+  KernelContext context(node_inputs.data(), static_cast<int>(node_inputs.size()), node_outputs.data(),
+                        static_cast<int>(node_outputs.size()), buffers, threads);
+  if (run_seed != 0) context.set_random_seed(Mix(run_seed + node_index) | 1);
+  context.set_donated_inputs(donated_positions);
+  absl::Status status;
+  try {
+    status = node.kernel->Compute(context);
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError("out of memory");
+  } catch (const std::exception& e) {
+    status = absl::InternalError(absl::StrCat("exception: ", e.what()));
+  }
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat(node.label, ": ", status.message()));
+  }
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    if (node.outputs[i] >= 0 && !slots[node.outputs[i]].defined()) {
+      return absl::InternalError(absl::StrCat(node.label, ": kernel did not produce output ", i));
+    }
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 // (node, input position) pairs of the donations this run honours, sorted: a donated input goes to its sole reader,
@@ -92,7 +130,7 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutor::RunWithOptions(const Plan& plan
   }
   // oneDNN, called by kernels on this thread, then uses the same thread count as ParallelFor.
   threads_.MakeCurrent();
-  const uint64_t run_seed = random_seed_ != 0 ? Mix(random_seed_ ^ Mix(runs_.fetch_add(1))) : 0;
+  const uint64_t run_seed = RunRandomSeed(random_seed_, runs_.fetch_add(1));
   std::vector<Tensor> slots(plan.num_slots);
   for (const auto& [slot, tensor] : plan.constants) slots[slot] = tensor;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -111,51 +149,23 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutor::RunWithOptions(const Plan& plan
     profile_->seconds_per_node.resize(plan.nodes.size());
     ++profile_->runs;
   }
-  absl::InlinedVector<const Tensor*, 8> node_inputs;
-  absl::InlinedVector<Tensor*, 4> node_outputs;
   for (size_t node_index = 0; node_index < plan.nodes.size(); ++node_index) {
     const PlannedNode& node = plan.nodes[node_index];
     const auto node_start =
         profile_ != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    node_inputs.clear();
-    node_outputs.clear();
-    for (int slot : node.inputs) {
-      // A slot can be empty only if its producer was skipped, which the plan rules out; still,
-      // pass nullptr rather than an undefined tensor so kernels see "omitted".
-      node_inputs.push_back(slot >= 0 && slots[slot].defined() ? &slots[slot] : nullptr);
-    }
-    for (int slot : node.outputs) node_outputs.push_back(slot >= 0 ? &slots[slot] : nullptr);
-    KernelContext context(node_inputs.data(), static_cast<int>(node_inputs.size()),
-                          node_outputs.data(), static_cast<int>(node_outputs.size()), *buffers_,
-                          threads_);
-    if (run_seed != 0) context.set_random_seed(Mix(run_seed + node_index) | 1);
+    absl::Span<const int> donated_here;
     if (next_donation < donations.size() && donations[next_donation].first == static_cast<int>(node_index)) {
       size_t end = next_donation;
       while (end < donations.size() && donations[end].first == static_cast<int>(node_index)) ++end;
-      context.set_donated_inputs(absl::MakeConstSpan(donated_positions).subspan(next_donation, end - next_donation));
+      donated_here = absl::MakeConstSpan(donated_positions).subspan(next_donation, end - next_donation);
       next_donation = end;
     }
-    absl::Status status;
-    try {
-      status = node.kernel->Compute(context);
-    } catch (const std::bad_alloc&) {
-      status = absl::ResourceExhaustedError("out of memory");
-    } catch (const std::exception& e) {
-      status = absl::InternalError(absl::StrCat("exception: ", e.what()));
-    }
+    absl::Status status = RunNodeOnCpu(node, node_index, slots, *buffers_, threads_, run_seed, donated_here);
     if (profile_ != nullptr) {
       profile_->seconds_per_node[node_index] +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - node_start).count();
     }
-    if (!status.ok()) {
-      return absl::Status(status.code(), absl::StrCat(node.label, ": ", status.message()));
-    }
-    for (size_t i = 0; i < node.outputs.size(); ++i) {
-      if (node.outputs[i] >= 0 && !slots[node.outputs[i]].defined()) {
-        return absl::InternalError(
-            absl::StrCat(node.label, ": kernel did not produce output ", i));
-      }
-    }
+    if (!status.ok()) return status;
     for (int slot : node.release_after) slots[slot] = Tensor();
   }
 

@@ -45,6 +45,16 @@ class CpuExecutor : public Executor {
   mutable std::atomic<uint64_t> runs_{0};
 };
 
+// The steps of a CPU run, shared with executors that run some nodes on the CPU (engine/gpu/gpu_executor.h).
+// The seed of a run: a function of the session's seed and how many runs came before (0 without a seed).
+uint64_t RunRandomSeed(uint64_t session_seed, uint64_t run_index);
+// Runs one node on the CPU over the run's slots: its kernel with pooled outputs, exceptions turned into errors
+// naming the node, every wanted output checked. `run_seed` from RunRandomSeed; `donated_positions` (ascending):
+// the node's inputs donated to it in this run (KernelContext::ReuseInputAsOutput), none by default.
+absl::Status RunNodeOnCpu(const PlannedNode& node, size_t node_index, std::vector<Tensor>& slots,
+                          BufferPool& buffers, ThreadPool& threads, uint64_t run_seed,
+                          absl::Span<const int> donated_positions = {});
+
 }  // namespace traind::engine
 
 #endif  // TRAIND_ENGINE_RUNTIME_CPU_EXECUTOR_H_

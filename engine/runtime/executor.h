@@ -35,7 +35,16 @@ class Executor {
     (void)options;
     return Run(plan, inputs);
   }
+  // After a run: makes `scalar` (a loss) readable on the host and says, per group of float tensors (batch
+  // statistics, gradients), whether every element of the group is finite. The default brings all of them to the
+  // host; an executor whose values live on a device answers with one download and may replace `scalar` by a host
+  // tensor of equal value.
+  virtual absl::StatusOr<std::vector<bool>> SyncScalarCheckingFinite(
+      Tensor& scalar, absl::Span<const std::vector<Tensor>> groups) const;
 };
+
+// Whether every element of a float tensor is finite (true for other dtypes); reads it on the host.
+bool AllFinite(const Tensor& tensor);
 
 // Checks one input against its declaration: dtype, rank and every static dim.
 absl::Status CheckInputMatchesDeclaration(const GraphValue& declared, const Tensor& tensor);

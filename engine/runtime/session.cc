@@ -26,17 +26,25 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(const onnx::ModelProto&
     const int64_t peak = memory.peak_bytes > std::numeric_limits<int64_t>::max() - options.extra_resident_bytes
                              ? std::numeric_limits<int64_t>::max()
                              : memory.peak_bytes + options.extra_resident_bytes;
-    TRAIND_RETURN_IF_ERROR(options.memory_budget->CheckFits(
-        peak, absl::StrCat("running the model (its plan's peak by the shapes shape inference gave ",
-                           plan->nodes.size(), " nodes", memory.unknown_sizes > 0
-                               ? absl::StrCat(", ", memory.unknown_sizes, " values of unknown size not counted")
-                               : std::string(),
-                           ")")));
+    // On a GPU executor the plan's peak lives in device memory (a device allocation that fails is
+    // RESOURCE_EXHAUSTED); the host budget still covers the constants and what CPU-placed nodes allocate.
+    if (!options.make_executor) {
+      TRAIND_RETURN_IF_ERROR(options.memory_budget->CheckFits(
+          peak, absl::StrCat("running the model (its plan's peak by the shapes shape inference gave ",
+                             plan->nodes.size(), " nodes", memory.unknown_sizes > 0
+                                 ? absl::StrCat(", ", memory.unknown_sizes, " values of unknown size not counted")
+                                 : std::string(),
+                             ")")));
+    }
   }
   std::shared_ptr<BufferPool> buffers = BufferPool::Create(PoolCacheBytes(plan->memory), options.memory_budget);
-  return std::make_unique<Session>(
-      std::move(plan), std::make_unique<CpuExecutor>(options.threads, std::move(buffers), options.random_seed),
-      std::move(constants));
+  std::unique_ptr<Executor> executor;
+  if (options.make_executor) {
+    TRAIND_ASSIGN_OR_RETURN(executor, options.make_executor(plan, model, std::move(buffers)));
+  } else {
+    executor = std::make_unique<CpuExecutor>(options.threads, std::move(buffers), options.random_seed);
+  }
+  return std::make_unique<Session>(std::move(plan), std::move(executor), std::move(constants));
 }
 
 absl::StatusOr<NamedTensors> Session::Run(const NamedTensors& inputs) const {

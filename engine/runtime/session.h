@@ -5,6 +5,7 @@
 #ifndef TRAIND_ENGINE_RUNTIME_SESSION_H_
 #define TRAIND_ENGINE_RUNTIME_SESSION_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -31,6 +32,14 @@ struct SessionOptions {
   // Added to the plan's peak in Create's check: memory the caller will hold while runs allocate (the previous
   // step's gradients of a training model).
   int64_t extra_resident_bytes = 0;
+  // Makes the executor for the compiled plan of `model` (the validated model it was compiled from), e.g. the GPU
+  // executor (engine/gpu/gpu_executor.h); unset: a CpuExecutor with the threads and seed above. `host_buffers` is
+  // the pool bound to memory_budget (null without one) for what the executor allocates on the host. With a
+  // made executor Create counts the constants against the budget but does not check the plan's peak against it:
+  // that executor's intermediates live in device memory, which has its own limit.
+  std::function<absl::StatusOr<std::unique_ptr<Executor>>(
+      std::shared_ptr<const Plan> plan, const onnx::ModelProto& model, std::shared_ptr<BufferPool> host_buffers)>
+      make_executor;
 };
 
 // The free buffers a session's pool keeps for the next run (BufferPool's max_cached_bytes): 1 GiB, or twice the
@@ -42,7 +51,7 @@ size_t PoolCacheBytes(const PlanMemory& memory);
 
 class Session {
  public:
-  // `model` must come from LoadModelFromBytes/File (validated). Uses a CpuExecutor.
+  // `model` must come from LoadModelFromBytes/File (validated). Uses a CpuExecutor unless options.make_executor.
   static absl::StatusOr<std::unique_ptr<Session>> Create(const onnx::ModelProto& model,
                                                          const SessionOptions& options = {});
   Session(std::shared_ptr<const Plan> plan, std::unique_ptr<Executor> executor,

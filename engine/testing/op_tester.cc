@@ -1,9 +1,12 @@
 #include "engine/testing/op_tester.h"
 
 #include <cmath>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "engine/model/tensor_proto.h"
+#include "engine/gpu/gpu_executor.h"
+#include "engine/gpu/gpu_testing.h"
 #include "engine/runtime/cpu_executor.h"
 #include "engine/runtime/plan.h"
 #include "gtest/gtest.h"
@@ -42,6 +45,15 @@ void SetValueInfo(onnx::ValueInfoProto* info, const std::string& name, const Ten
 }
 
 }  // namespace
+
+Tensor RandomTensor(Shape shape, float low, float high, uint32_t seed) {
+  Tensor tensor = *Tensor::Allocate(DataType::kFloat32, std::move(shape));
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> distribution(low, high);
+  float* values = tensor.mutable_data<float>();
+  for (int64_t i = 0; i < tensor.num_elements(); ++i) values[i] = distribution(generator);
+  return tensor;
+}
 
 OpTester::OpTester(std::string op_type, int opset, std::string domain)
     : op_type_(std::move(op_type)), opset_(opset), domain_(std::move(domain)) {}
@@ -111,6 +123,16 @@ OpTester& OpTester::AddAttribute(const std::string& name, const Tensor& value) {
   return *this;
 }
 
+OpTester& OpTester::AddOutputShape(const std::string& name, DataType dtype, Shape shape) {
+  outputs_.push_back({name, *Tensor::Allocate(dtype, std::move(shape))});
+  return *this;
+}
+
+OpTester& OpTester::OnDevice(TestDevice device) {
+  device_ = device;
+  return *this;
+}
+
 OpTester& OpTester::SetTolerance(double rtol, double atol) {
   rtol_ = rtol;
   atol_ = atol;
@@ -155,8 +177,48 @@ absl::StatusOr<std::vector<Tensor>> OpTester::RunRaw() {
   }
   // Three threads even on small machines, so kernels that split work run their parallel path.
   ThreadPool threads(3);
-  CpuExecutor executor(&threads);
-  return executor.Run(**plan, feeds);
+  if (device_ == TestDevice::kCpu) {
+    CpuExecutor executor(&threads);
+    return executor.Run(**plan, feeds);
+  }
+  std::string why;
+  std::shared_ptr<gpu::Device> device = gpu::testing::TestDevice(&why);
+  if (device == nullptr) return absl::FailedPreconditionError(absl::StrCat("no OpenCL device: ", why));
+  auto stream = gpu::Stream::Create(device);
+  if (!stream.ok()) return stream.status();
+  gpu::GpuExecutorOptions options;
+  options.stream = *stream;
+  options.threads = &threads;
+  auto executor = gpu::GpuExecutor::Create(*plan, model_, options);
+  if (!executor.ok()) return executor.status();
+  const gpu::Placement& placement = (*executor)->placement();
+  if (placement.cpu_nodes > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(op_type_, " did not run on the GPU: ", placement.Summary()));
+  }
+  auto outputs = (*executor)->Run(**plan, feeds);
+  if (!outputs.ok()) return outputs.status();
+  for (const Tensor& output : *outputs) {
+    absl::Status synced = output.buffer()->SyncToHost();
+    if (!synced.ok()) return synced;
+  }
+  return outputs;
+}
+
+void OpTester::CompareDevices(double rtol, double atol) {
+  const TestDevice chosen = device_;
+  device_ = TestDevice::kCpu;
+  auto cpu = RunRaw();
+  device_ = TestDevice::kGpu;
+  auto gpu = RunRaw();
+  device_ = chosen;
+  ASSERT_TRUE(cpu.ok()) << op_type_ << " on the CPU: " << cpu.status();
+  ASSERT_TRUE(gpu.ok()) << op_type_ << " on the GPU: " << gpu.status();
+  ASSERT_EQ(cpu->size(), gpu->size());
+  for (size_t i = 0; i < cpu->size(); ++i) {
+    ExpectTensorNear((*cpu)[i], (*gpu)[i], rtol, atol,
+                     absl::StrCat(op_type_, " output '", outputs_[i].name, "' on the GPU vs the CPU"));
+  }
 }
 
 void OpTester::Run() {

@@ -7,6 +7,15 @@
 //   test.AddInput<float>("b", {2}, {3, 4});
 //   test.AddOutput<float>("c", {2}, {4, 6});
 //   test.Run();
+//
+// The device is a parameter: OnDevice(TestDevice::kGpu) runs the node with the GPU executor (OpenCL, on the device
+// engine/gpu/gpu_testing.h picks; tests call TRAIND_REQUIRE_GPU() first), and CompareDevices() runs it on both and
+// compares, which is how every GPU kernel is checked against its CPU kernel:
+//
+//   OpTester test("Add", 14);
+//   test.AddInputTensor("a", RandomTensor({8, 3}, -1, 1, 1)).AddInputTensor("b", RandomTensor({3}, -1, 1, 2));
+//   test.AddOutputShape("c", DataType::kFloat32, {8, 3});
+//   test.CompareDevices();
 #ifndef TRAIND_ENGINE_TESTING_OP_TESTER_H_
 #define TRAIND_ENGINE_TESTING_OP_TESTER_H_
 
@@ -19,6 +28,11 @@
 #include "onnx/onnx_pb.h"
 
 namespace traind::engine::testing {
+
+enum class TestDevice { kCpu, kGpu };
+
+// Values drawn uniformly from [low, high), repeatable for a seed.
+Tensor RandomTensor(Shape shape, float low, float high, uint32_t seed);
 
 class OpTester {
  public:
@@ -54,12 +68,21 @@ class OpTester {
   OpTester& AddAttribute(const std::string& name, std::vector<float> values);
   OpTester& AddAttribute(const std::string& name, const Tensor& value);
 
+  // An output whose values the test does not state (CompareDevices compares the devices with each other).
+  OpTester& AddOutputShape(const std::string& name, DataType dtype, Shape shape);
+
   OpTester& SetTolerance(double rtol, double atol);
+  // Where Run() and RunRaw() run the node (default: the CPU). On the GPU, a node the GPU kernel refuses (it then
+  // runs on the CPU) fails the test: it would not test the GPU kernel.
+  OpTester& OnDevice(TestDevice device);
 
   // Runs and EXPECTs the declared outputs.
   void Run();
   // Runs and returns the outputs (or the compile/run error) without comparing.
   absl::StatusOr<std::vector<Tensor>> RunRaw();
+  // Runs on the CPU and on the GPU and EXPECTs equal dtypes and shapes and values within |cpu - gpu| <= atol +
+  // rtol * |cpu|.
+  void CompareDevices(double rtol = 1e-5, double atol = 1e-6);
 
   const onnx::ModelProto& model() const { return model_; }
 
@@ -84,6 +107,7 @@ class OpTester {
   std::vector<onnx::AttributeProto> attributes_;
   double rtol_ = 1e-5;
   double atol_ = 1e-6;
+  TestDevice device_ = TestDevice::kCpu;
   onnx::ModelProto model_;
 };
 

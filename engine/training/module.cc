@@ -21,6 +21,7 @@
 #include "engine/autodiff/gradient_builder.h"
 #include "engine/core/shape.h"
 #include "engine/core/status_macros.h"
+#include "engine/gpu/gpu_executor.h"
 #include "engine/io/file_util.h"
 #include "engine/model/external_tensor.h"
 #include "engine/model/model_loader.h"
@@ -74,15 +75,13 @@ absl::Status CheckDeclaredLike(const GraphValue& declared, const Tensor& tensor,
 }
 
 // Copies `from` into `to`'s existing buffer (same dtype and element count, checked by the caller), so that every
-// holder of `to` sees the new values. A no-op when both share the buffer.
-void CopyInPlace(const Tensor& from, Tensor& to) {
-  if (from.raw_data() == to.raw_data()) return;
-  std::memcpy(to.mutable_raw_data(), from.raw_data(), to.byte_size());
-}
+// holder of `to` sees the new values. A no-op when both share the buffer; on the device when `from` is there (the
+// GPU optimizer's new parameters never cross to the host).
+absl::Status CopyInPlace(const Tensor& from, Tensor& to) { return CopyTensorData(from, to); }
 
 absl::StatusOr<Tensor> DeepCopy(const Tensor& tensor) {
   TRAIND_ASSIGN_OR_RETURN(Tensor copy, Tensor::Allocate(tensor.dtype(), tensor.shape()));
-  std::memcpy(copy.mutable_raw_data(), tensor.raw_data(), tensor.byte_size());
+  TRAIND_RETURN_IF_ERROR(CopyTensorData(tensor, copy));
   return copy;
 }
 
@@ -122,21 +121,6 @@ absl::Status NoLossTrainingError() {
       "these artifacts have no loss: train with Forward and Backward (or generate artifacts with a loss)");
 }
 
-bool AllFinite(const Tensor& tensor) {
-  if (tensor.dtype() == DataType::kFloat32) {
-    const float* values = tensor.data<float>();
-    for (int64_t i = 0; i < tensor.num_elements(); ++i) {
-      if (!std::isfinite(values[i])) return false;
-    }
-  } else if (tensor.dtype() == DataType::kFloat64) {
-    const double* values = tensor.data<double>();
-    for (int64_t i = 0; i < tensor.num_elements(); ++i) {
-      if (!std::isfinite(values[i])) return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 // -------------------------------------------------------------------------------------------------------------
@@ -153,6 +137,22 @@ SessionOptions Module::session_options() const {
   session.threads = threads_.get();
   session.random_seed = options_.random_seed;
   session.memory_budget = budget_;
+  if (gpu_stream_ != nullptr) {
+    gpu::GpuExecutorOptions gpu_options;
+    gpu_options.stream = gpu_stream_;
+    gpu_options.threads = threads_.get();
+    gpu_options.random_seed = options_.random_seed;
+    gpu_options.cpu_ops = options_.gpu_cpu_ops;
+    session.make_executor = [gpu_options](std::shared_ptr<const Plan> plan, const onnx::ModelProto& model,
+                                          std::shared_ptr<BufferPool> host_buffers)
+        -> absl::StatusOr<std::unique_ptr<Executor>> {
+      gpu::GpuExecutorOptions with_buffers = gpu_options;
+      with_buffers.host_buffers = std::move(host_buffers);
+      TRAIND_ASSIGN_OR_RETURN(std::unique_ptr<gpu::GpuExecutor> executor,
+                              gpu::GpuExecutor::Create(std::move(plan), model, std::move(with_buffers)));
+      return std::unique_ptr<Executor>(std::move(executor));
+    };
+  }
   return session;
 }
 
@@ -220,6 +220,11 @@ absl::StatusOr<std::unique_ptr<Module>> Module::CreateFromFiles(const std::strin
 
 absl::Status Module::Initialize(const onnx::ModelProto& training_model, const onnx::ModelProto* eval_model) {
   TRAIND_RETURN_IF_ERROR(ValidateCheckpointState(*state_, /*allow_shape_only=*/true));
+  if (options_.executor == ExecutorKind::kGpu) {
+    TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<gpu::Device> device, gpu::Device::Get(options_.gpu_device_index));
+    TRAIND_ASSIGN_OR_RETURN(gpu_stream_, gpu::Stream::Create(std::move(device),
+                                                             gpu::StreamOptions{options_.gpu_memory_limit_bytes}));
+  }
   for (const Parameter& parameter : state_->parameters) {
     parameter_names_.push_back(parameter.name);
     if (parameter.requires_grad) trainable_names_.push_back(parameter.name);
@@ -235,6 +240,12 @@ absl::Status Module::Initialize(const onnx::ModelProto& training_model, const on
   if (eval_model != nullptr) TRAIND_RETURN_IF_ERROR(CompileModel(*eval_model, Role::kEval, eval_));
   forward_outputs_ = DefaultInferenceOutputs();
   if (no_loss_) TRAIND_RETURN_IF_ERROR(InitializeForwardBackward(training_model));
+  if (gpu_stream_ != nullptr) {
+    // The parameters go to the device now, once: a model that does not fit fails here, not at its first step.
+    for (Parameter& parameter : state_->parameters) {
+      if (parameter.data.defined()) TRAIND_RETURN_IF_ERROR(gpu_stream_->MakeDeviceCurrent(parameter.data).status());
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -499,6 +510,17 @@ std::vector<GraphValue> Module::UserInputs(const CompiledModel& compiled) {
   return inputs;
 }
 
+std::optional<bool> Module::GradientsCheckedFinite(absl::Span<const int> parameters) const {
+  for (const int p : parameters) {
+    const Tensor& grad = state_->parameters[p].grad;
+    if (!grad.defined()) return std::nullopt;
+    auto it = checked_gradients_.find(grad.buffer().get());
+    // The same live buffer (a buffer freed since, whose address was reused, fails the lock).
+    if (it == checked_gradients_.end() || it->second.lock() != grad.buffer()) return std::nullopt;
+  }
+  return checked_gradients_finite_;
+}
+
 NamedTensors Module::UserOutputs(const CompiledModel& compiled, std::vector<Tensor>& outputs) {
   NamedTensors named;
   named.reserve(compiled.user_outputs.size());
@@ -513,29 +535,45 @@ absl::StatusOr<NamedTensors> Module::TrainStep(const NamedTensors& inputs) {
   const bool reset = pending_reset_;
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> feeds, Feeds(train_, inputs, reset));
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, train_.session->Run(feeds));
-  TRAIND_ASSIGN_OR_RETURN(const double loss, ScalarValue(outputs[0], kLossName));
-  // A batch holding NaN does not always show in the loss (Relu maps NaN to 0 here), but it does in the batch
-  // statistics BatchNormalization blends into its running ones.
-  bool finite = std::isfinite(loss);
-  for (const auto& [output, parameter] : train_.running_statistic_outputs) finite = finite && AllFinite(outputs[output]);
 
   // A gradient output may share its buffer with something that changes later: a fed tensor (a parameter the
   // optimizer updates in place, a caller's input) or a constant of the plan. Held in Parameter::grad across steps,
   // it must own its storage.
-  absl::flat_hash_set<const void*> foreign;
-  for (const Tensor& feed : feeds) foreign.insert(feed.raw_data());
-  for (const auto& [slot, constant] : train_.session->plan().constants) foreign.insert(constant.raw_data());
+  // (Buffers are compared, not host pointers: reading a device tensor's host pointer would download it.)
+  absl::flat_hash_set<const Buffer*> foreign;
+  for (const Tensor& feed : feeds) foreign.insert(feed.buffer().get());
+  for (const auto& [slot, constant] : train_.session->plan().constants) foreign.insert(constant.buffer().get());
   for (const auto& [output, parameter] : train_.gradient_outputs) {
     Tensor& gradient = outputs[output];
-    if (foreign.contains(gradient.raw_data())) {
+    if (foreign.contains(gradient.buffer().get())) {
       TRAIND_ASSIGN_OR_RETURN(gradient, DeepCopy(gradient));
     }
   }
+  // A batch holding NaN does not always show in the loss (Relu maps NaN to 0 here), but it does in the batch
+  // statistics BatchNormalization blends into its running ones. On a GPU the gradients are checked too, so that
+  // the Optimizer knows whether its step will be skipped without reading the flag back (GradientsCheckedFinite).
+  // The loss and the checks come back in one download, here where a failure can still be reported; statistics and
+  // gradients stay on the device.
+  std::vector<std::vector<Tensor>> checked(gpu_stream_ != nullptr ? 2 : 1);
+  for (const auto& [output, parameter] : train_.running_statistic_outputs) checked[0].push_back(outputs[output]);
+  if (gpu_stream_ != nullptr) {
+    for (const auto& [output, parameter] : train_.gradient_outputs) checked[1].push_back(outputs[output]);
+  }
+  TRAIND_ASSIGN_OR_RETURN(const std::vector<bool> checked_finite,
+                          train_.session->executor().SyncScalarCheckingFinite(outputs[0], checked));
+  TRAIND_ASSIGN_OR_RETURN(const double loss, ScalarValue(outputs[0], kLossName));
+  const bool finite = std::isfinite(loss) && checked_finite[0];
+
   // Nothing fails from here on: the step is committed.
   for (const auto& [output, parameter] : train_.gradient_outputs) state_->parameters[parameter].grad = outputs[output];
+  checked_gradients_.clear();
+  if (gpu_stream_ != nullptr) {
+    for (const Tensor& gradient : checked[1]) checked_gradients_.emplace(gradient.buffer().get(), gradient.buffer());
+    checked_gradients_finite_ = checked_finite[1];
+  }
   if (finite) {
     for (const auto& [output, parameter] : train_.running_statistic_outputs) {
-      CopyInPlace(outputs[output], state_->parameters[parameter].data);
+      TRAIND_RETURN_IF_ERROR(CopyInPlace(outputs[output], state_->parameters[parameter].data));
     }
   }
   accumulated_steps_finite_ = (reset || accumulated_steps_finite_) && finite;
@@ -911,12 +949,13 @@ absl::StatusOr<ForwardPass> Module::Forward(const NamedTensors& inputs) const {
   return pass;
 }
 
-void Module::ApplyRunningStatistics(const ForwardPass& pass) {
-  if (!pass.finite) return;
+absl::Status Module::ApplyRunningStatistics(const ForwardPass& pass) {
+  if (!pass.finite) return absl::OkStatus();
   const auto& statistics = forward_part_.running_statistic_outputs;
   for (size_t s = 0; s < statistics.size() && s < pass.running_statistics.size(); ++s) {
-    CopyInPlace(pass.running_statistics[s], state_->parameters[statistics[s].second].data);
+    TRAIND_RETURN_IF_ERROR(CopyInPlace(pass.running_statistics[s], state_->parameters[statistics[s].second].data));
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<BackwardResult> Module::Backward(const ForwardPass& pass, const NamedTensors& output_gradients,
@@ -986,14 +1025,14 @@ absl::StatusOr<BackwardResult> Module::Backward(const ForwardPass& pass, const N
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> feeds, Feeds(*backward, feeds_by_name, /*reset=*/true));
   TRAIND_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, backward->session->Run(feeds));
 
-  absl::flat_hash_set<const void*> foreign;
-  for (const Tensor& feed : feeds) foreign.insert(feed.raw_data());
-  for (const auto& [slot, constant] : backward->session->plan().constants) foreign.insert(constant.raw_data());
+  absl::flat_hash_set<const Buffer*> foreign;  // buffers, not host pointers (see TrainStep)
+  for (const Tensor& feed : feeds) foreign.insert(feed.buffer().get());
+  for (const auto& [slot, constant] : backward->session->plan().constants) foreign.insert(constant.buffer().get());
   BackwardResult result;
   std::vector<std::pair<int, Tensor>> accumulated;  // parameter index, new gradient
   for (const auto& [output, parameter] : backward->gradient_outputs) {
     Tensor gradient = outputs[output];
-    if (foreign.contains(gradient.raw_data())) {
+    if (foreign.contains(gradient.buffer().get())) {
       TRAIND_ASSIGN_OR_RETURN(gradient, DeepCopy(gradient));
     }
     const Parameter& held = state_->parameters[parameter];
@@ -1298,7 +1337,10 @@ absl::StatusOr<OptimizerStepResult> Optimizer::Step() {
           absl::StrCat("parameter '", state.parameters[p].name, "' has no gradient: run TrainStep first"));
     }
   }
-  if (!module_->accumulated_steps_finite()) {
+  // The fused optimizer skips exactly when a gradient element is not finite (optimizers.cc); where the last
+  // TrainStep already checked these gradients on the GPU, the answer is known and `skipped` is not read back.
+  const std::optional<bool> gradients_finite = module_->GradientsCheckedFinite(parameter_indices_);
+  if (!module_->accumulated_steps_finite() || gradients_finite == false) {
     result.skipped = true;
     return result;
   }
@@ -1331,7 +1373,8 @@ absl::StatusOr<OptimizerStepResult> Optimizer::Step() {
   if (skipped.dtype() != DataType::kBool || skipped.num_elements() != 1) {
     return absl::InternalError(absl::StrCat("the optimizer model's '", kSkippedName, "' is ", skipped.DebugString()));
   }
-  if (*skipped.data<uint8_t>() != 0) {
+  if (!gradients_finite.has_value()) TRAIND_RETURN_IF_ERROR(skipped.buffer()->SyncToHost());
+  if (!gradients_finite.has_value() && *skipped.data<uint8_t>() != 0) {
     result.skipped = true;
     return result;
   }
@@ -1339,9 +1382,9 @@ absl::StatusOr<OptimizerStepResult> Optimizer::Step() {
   size_t o = 0;
   for (const int p : parameter_indices_) {
     Parameter& parameter = state.parameters[p];
-    CopyInPlace(outputs[o++], parameter.data);
+    TRAIND_RETURN_IF_ERROR(CopyInPlace(outputs[o++], parameter.data));
     std::map<std::string, Tensor>& states = state.optimizer->parameter_states.at(parameter.name);
-    for (const std::string& name : state_names_) CopyInPlace(outputs[o++], states.at(name));
+    for (const std::string& name : state_names_) TRAIND_RETURN_IF_ERROR(CopyInPlace(outputs[o++], states.at(name)));
   }
   group.step += 1;
   group.learning_rate = next_learning_rate;

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -46,12 +47,27 @@
 
 namespace traind::engine {
 
+// Where a Module's models run.
+enum class ExecutorKind { kCpu, kGpu };
+
 struct ModuleOptions {
   // Intra-op threads of this Module's (and its Optimizer's) kernels; 0: every CPU the process may use.
   int num_threads = 0;
   // Non-zero: Dropout masks (without a seed attribute) repeat exactly for every Module made with this seed and
   // driven through the same calls; 0: fresh random masks.
   uint64_t random_seed = 0;
+  // kGpu: the training, eval and optimizer models run on the OpenCL GPU executor (engine/gpu/gpu_executor.h) on
+  // device `gpu_device_index` of gpu::ListDevices(), nodes without a GPU kernel on the CPU. The parameters are
+  // uploaded when the Module is made and stay on the device with the gradients and optimizer state; the
+  // CheckpointState still holds them (its tensors' buffers have device copies, read back when host code reads them).
+  // Errors at creation: FailedPrecondition without an OpenCL device, InvalidArgument for an index out of range,
+  // ResourceExhausted when the parameters do not fit.
+  ExecutorKind executor = ExecutorKind::kCpu;
+  int gpu_device_index = 0;
+  // Device memory this Module may hold at once; 0: only the device's limit (gpu::RuntimeOptions).
+  int64_t gpu_memory_limit_bytes = 0;
+  // Op types the GPU executor keeps on the CPU (mixed placement in tests; a workaround for a driver).
+  std::vector<std::string> gpu_cpu_ops;
   // > 0: everything this Module and its Optimizer hold or allocate counts against one budget of this many bytes
   // (engine/core/memory_budget.h): the parameters, the gradients, the optimizer state, the plans' constants and every
   // run's intermediates. Creation refuses (kResourceExhausted, naming the limit) when the parameters and a plan's
@@ -59,6 +75,10 @@ struct ModuleOptions {
   // it. 0: unlimited.
   int64_t memory_budget_bytes = 0;
 };
+
+namespace gpu {
+class Stream;
+}  // namespace gpu
 
 // What Module::Forward keeps for the backward pass of artifacts without a loss (artifacts.h).
 struct ForwardPass {
@@ -157,8 +177,8 @@ class Module {
   // TrainStep's; FailedPrecondition for artifacts with a loss.
   absl::StatusOr<ForwardPass> Forward(const NamedTensors& inputs) const;
   // Writes the pass's running statistics into their parameters, as PyTorch's train-mode forward does (unless a
-  // value of the pass is not finite).
-  void ApplyRunningStatistics(const ForwardPass& pass);
+  // value of the pass is not finite). Fails only on the GPU executor (a device copy that cannot be made).
+  absl::Status ApplyRunningStatistics(const ForwardPass& pass);
   // The backward pass of `pass`, which must come from this Module with the parameters unchanged since (the caller
   // checks: Backward reads the parameters again). `output_gradients` holds the gradients of differentiated outputs
   // (each exactly of its output's shape and dtype in `pass`; a missing one is zero). Returns the gradients of
@@ -195,6 +215,9 @@ class Module {
   bool has_eval_model() const { return eval_.session != nullptr; }
   // The compiled training model's session, for benchmarks and diagnostics (profiles, pool statistics).
   const Session& training_session() const { return *train_.session; }
+  const Session* eval_session() const { return eval_.session.get(); }
+  // The GPU stream of this Module and its Optimizer (transfers, device memory); null on the CPU executor.
+  gpu::Stream* gpu_stream() const { return gpu_stream_.get(); }
 
   // Trainable parameters, checkpoint order.
   const std::vector<std::string>& TrainableParameterNames() const { return trainable_names_; }
@@ -245,6 +268,11 @@ class Module {
   // False when a TrainStep since the last reset produced a non-finite loss or BatchNormalization statistic: the
   // accumulated gradients must not be applied even if they happen to be finite.
   bool accumulated_steps_finite() const { return accumulated_steps_finite_; }
+  // Whether the gradients of `parameters` (indices into the state) are all finite, where the last TrainStep checked
+  // these very buffers (on a GPU, in the download that brings the loss back); nullopt otherwise (the CPU executor,
+  // gradients from Backward or a checkpoint). No one writes a gradient buffer between TrainStep and the Optimizer's
+  // step, so the answer holds for it.
+  std::optional<bool> GradientsCheckedFinite(absl::Span<const int> parameters) const;
 
  private:
   // Where one input of a compiled model comes from.
@@ -295,11 +323,16 @@ class Module {
   CheckpointState* state_;
   ModuleOptions options_;
   std::unique_ptr<ThreadPool> threads_;  // null: ThreadPool::Default()
+  std::shared_ptr<gpu::Stream> gpu_stream_;  // set for ExecutorKind::kGpu
   std::shared_ptr<MemoryBudget> budget_;  // null: unlimited
   MemoryReservation parameters_memory_;
   bool training_mode_ = true;
   bool pending_reset_ = true;
   bool accumulated_steps_finite_ = true;
+  // The gradient buffers the last TrainStep checked on the GPU (weak: a freed buffer is not mistaken for a new one
+  // at its address), and whether all were finite.
+  absl::flat_hash_map<const Buffer*, std::weak_ptr<Buffer>> checked_gradients_;
+  bool checked_gradients_finite_ = false;
   std::vector<std::string> parameter_names_;  // checkpoint order, as compiled
   std::vector<std::string> trainable_names_;
   CompiledModel train_;

@@ -86,7 +86,9 @@ ArtifactOptions Options(std::vector<std::string> requires_grad) {
 // Peak bytes the training model's buffer pool handed out over two AdamW steps; the state after them.
 size_t TrainingPeakBytes(const Artifacts& artifacts, CheckpointState& state) {
   state = artifacts.checkpoint;
-  auto module = Module::Create(artifacts, &state, {1, 0});
+  ModuleOptions options;
+  options.num_threads = 1;
+  auto module = Module::Create(artifacts, &state, options);
   EXPECT_TRUE(module.ok()) << module.status();
   auto optimizer = Optimizer::Create(artifacts.optimizer_model, module->get());
   EXPECT_TRUE(optimizer.ok()) << optimizer.status();

@@ -24,9 +24,10 @@ def scratch_dir(name):
 
 
 class Daemon:
-    """`with Daemon("--flag=value") as daemon:` starts server/traind and connects daemon.client to it."""
+    """`with Daemon("--flag=value") as daemon:` starts server/traind and connects daemon.client to it; `env` adds
+    to (or overrides) the daemon's environment."""
 
-    def __init__(self, *flags, threads=2):
+    def __init__(self, *flags, threads=2, env=None):
         self.state_dir = scratch_dir("state")
         self.ready_file = self.state_dir + ".ready"
         self.log_path = self.state_dir + ".log"
@@ -35,7 +36,7 @@ class Daemon:
                 f"--default_num_threads={threads}", *flags]
         # As deploy/run.sh and the systemd unit: idle OpenMP threads stop spinning soon, so that a daemon sharing
         # loaded cores with other tests is not slowed down many times over.
-        env = dict(os.environ, GOMP_SPINCOUNT=os.environ.get("GOMP_SPINCOUNT", "10000"))
+        env = dict(os.environ, GOMP_SPINCOUNT=os.environ.get("GOMP_SPINCOUNT", "10000"), **(env or {}))
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 60

@@ -31,9 +31,9 @@ def _device(device):
     kind, _, index = str(device).lower().partition(":")
     if kind == "cpu":
         return "cpu", 0
-    if kind in ("cuda", "gpu"):
+    if kind in ("cuda", "gpu") and (index == "" or index.isdigit()):
         return "gpu", int(index or 0)
-    raise ValueError(f"unknown device {device!r}: use 'cpu' or 'cuda[:index]'")
+    raise ValueError(f"unknown device {device!r}: use 'cpu', 'gpu[:index]' or 'cuda[:index]'")
 
 
 def _close_quietly(client, session_id):
