@@ -2,6 +2,7 @@
 // status (and a message naming the culprit), and the session it aimed at is exactly as it was — parameters,
 // gradients, optimizer step and learning rate. Runs the real daemon over a real socket.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -89,8 +90,12 @@ class BadInputTest : public ::testing::Test {
  protected:
   void SetUp() override {
     state_dir_ = testing::MakeTempDir("state");
+    // No OpenCL platform for this daemon (an empty ICD directory, inherited): a GPU session is one of the refusals.
+    const std::string no_icd = testing::MakeTempDir("no-icd");
+    setenv("OCL_ICD_VENDORS", no_icd.c_str(), 1);
     auto process = testing::DaemonProcess::Start(
         {absl::StrCat("--max_message_bytes=", kMessageLimit), "--max_sessions=3", "--state_dir=" + state_dir_});
+    unsetenv("OCL_ICD_VENDORS");
     ASSERT_TRUE(process.ok()) << process.status();
     daemon_ = std::move(*process);
     ConnectionOptions options;
