@@ -28,8 +28,9 @@ class BinaryGpuKernel final : public GpuKernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* a, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* b, context.RequiredInput(1));
     const Shape* shapes[] = {&a->shape(), &b->shape()};
-    TRAIND_ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(shapes));
-    TRAIND_ASSIGN_OR_RETURN(Tensor * output, context.AllocateOutput(0, output_dtype_, std::move(shape)));
+    absl::StatusOr<Shape> shape = BroadcastShapes(shapes);
+    if (!shape.ok()) return absl::Status(shape.status().code(), absl::StrCat(name_, ": ", shape.status().message()));
+    TRAIND_ASSIGN_OR_RETURN(Tensor * output, context.AllocateOutput(0, output_dtype_, std::move(*shape)));
     return LaunchBinary(context, same_, broadcast_, *a, *b, *output);
   }
 
