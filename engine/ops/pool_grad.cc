@@ -47,8 +47,9 @@ bool IsSimple2x2(const Window3& w) {
 }
 
 // One output row of the 2x2 case: each window's element values a b / e d and its gradient become the four
-// gradient values, every one written (the gradient or 0) with selects only. Kept separate from the row loop,
-// with restrict pointers, so that it vectorises.
+// gradient values, every one written (the gradient or 0). Selects only, no && / || (GCC does not if-convert
+// short-circuit conditions, and a branch per element defeats vectorisation); kept separate from the row loop,
+// with restrict pointers, so that it vectorises (stride-2 loads and stores become permutes).
 template <typename T>
 void MaxPool2x2BackwardRow(const T* __restrict top, const T* __restrict bottom, const T* __restrict g,
                            T* __restrict dx_top, T* __restrict dx_bottom, int64_t outputs) {
@@ -61,9 +62,11 @@ void MaxPool2x2BackwardRow(const T* __restrict top, const T* __restrict bottom, 
     const bool e_wins = e > ab;
     const T abe = e_wins ? e : ab;
     const bool d_wins = d > abe;
-    dx_top[2 * ow] = (!d_wins && !e_wins && !b_wins) ? grad : T(0);
-    dx_top[2 * ow + 1] = (!d_wins && !e_wins && b_wins) ? grad : T(0);
-    dx_bottom[2 * ow] = (!d_wins && e_wins) ? grad : T(0);
+    const T unless_d = d_wins ? T(0) : grad;         // the gradient if d does not win
+    const T unless_e_or_d = e_wins ? T(0) : unless_d;  // ... and e does not either
+    dx_top[2 * ow] = b_wins ? T(0) : unless_e_or_d;
+    dx_top[2 * ow + 1] = b_wins ? unless_e_or_d : T(0);
+    dx_bottom[2 * ow] = e_wins ? unless_d : T(0);
     dx_bottom[2 * ow + 1] = d_wins ? grad : T(0);
   }
 }
@@ -71,12 +74,38 @@ void MaxPool2x2BackwardRow(const T* __restrict top, const T* __restrict bottom, 
 template <typename T>
 void MaxPool2x2BackwardPlane(const Window3& w, const T* x, const T* dy, T* dx) {
   const int64_t width = w.input[2];
-  const int64_t covered_rows = 2 * w.output[1], covered_columns = 2 * w.output[2];
-  for (int64_t oh = 0; oh < w.output[1]; ++oh) {
-    const T* top = x + 2 * oh * width;
-    T* dx_top = dx + 2 * oh * width;
-    MaxPool2x2BackwardRow(top, top + width, dy + oh * w.output[2], dx_top, dx_top + width, w.output[2]);
-    for (int64_t column = covered_columns; column < width; ++column) dx_top[column] = dx_top[width + column] = T(0);
+  const int64_t outputs = w.output[2];
+  const int64_t covered_rows = 2 * w.output[1], covered_columns = 2 * outputs;
+  // Rows of fewer windows than a vector holds (7 or 14 in small CNNs) would run the row kernel's scalar tail only:
+  // such planes go through packed copies instead, every window of a block of row pairs in one run of the row
+  // kernel (the copies stay in L1; the windows' branch-free vector code is what matters).
+  constexpr int64_t kShortRow = 32;
+  constexpr int64_t kPackedWindows = 1024;
+  if (outputs < kShortRow && outputs <= kPackedWindows) {
+    T top[2 * kPackedWindows], bottom[2 * kPackedWindows], dx_top[2 * kPackedWindows], dx_bottom[2 * kPackedWindows];
+    const int64_t pairs_per_block = kPackedWindows / outputs;
+    for (int64_t first = 0; first < w.output[1]; first += pairs_per_block) {
+      const int64_t pairs = std::min(pairs_per_block, w.output[1] - first);
+      for (int64_t k = 0; k < pairs; ++k) {
+        const T* source = x + 2 * (first + k) * width;
+        std::copy_n(source, covered_columns, top + k * covered_columns);
+        std::copy_n(source + width, covered_columns, bottom + k * covered_columns);
+      }
+      MaxPool2x2BackwardRow(top, bottom, dy + first * outputs, dx_top, dx_bottom, pairs * outputs);
+      for (int64_t k = 0; k < pairs; ++k) {
+        T* target = dx + 2 * (first + k) * width;
+        std::copy_n(dx_top + k * covered_columns, covered_columns, target);
+        std::copy_n(dx_bottom + k * covered_columns, covered_columns, target + width);
+        for (int64_t column = covered_columns; column < width; ++column) target[column] = target[width + column] = T(0);
+      }
+    }
+  } else {
+    for (int64_t oh = 0; oh < w.output[1]; ++oh) {
+      const T* top = x + 2 * oh * width;
+      T* dx_top = dx + 2 * oh * width;
+      MaxPool2x2BackwardRow(top, top + width, dy + oh * outputs, dx_top, dx_top + width, outputs);
+      for (int64_t column = covered_columns; column < width; ++column) dx_top[column] = dx_top[width + column] = T(0);
+    }
   }
   std::fill(dx + covered_rows * width, dx + w.input[1] * width, T(0));  // Rows no window reaches.
 }
