@@ -38,14 +38,6 @@ struct TapTable {
   }
 };
 
-// The common 2x2, stride 2 pooling with every window inside the input (no padding, no dilation): the first
-// maximum of each window found with selects, no data-dependent branches.
-bool IsSimple2x2(const Window3& w) {
-  return w.input[0] == 1 && w.kernel[1] == 2 && w.kernel[2] == 2 && w.strides[1] == 2 && w.strides[2] == 2 &&
-         w.dilations[1] == 1 && w.dilations[2] == 1 && w.pad_begin[1] == 0 && w.pad_begin[2] == 0 &&
-         2 * w.output[1] <= w.input[1] && 2 * w.output[2] <= w.input[2];
-}
-
 // One output row of the 2x2 case: each window's element values a b / e d and its gradient become the four
 // gradient values, every one written (the gradient or 0). Selects only, no && / || (GCC does not if-convert
 // short-circuit conditions, and a branch per element defeats vectorisation); kept separate from the row loop,
@@ -76,21 +68,13 @@ void MaxPool2x2BackwardPlane(const Window3& w, const T* x, const T* dy, T* dx) {
   const int64_t width = w.input[2];
   const int64_t outputs = w.output[2];
   const int64_t covered_rows = 2 * w.output[1], covered_columns = 2 * outputs;
-  // Rows of fewer windows than a vector holds (7 or 14 in small CNNs) would run the row kernel's scalar tail only:
-  // such planes go through packed copies instead, every window of a block of row pairs in one run of the row
-  // kernel (the copies stay in L1; the windows' branch-free vector code is what matters).
-  constexpr int64_t kShortRow = 32;
-  constexpr int64_t kPackedWindows = 1024;
-  if (outputs < kShortRow && outputs <= kPackedWindows) {
-    T top[2 * kPackedWindows], bottom[2 * kPackedWindows], dx_top[2 * kPackedWindows], dx_bottom[2 * kPackedWindows];
-    const int64_t pairs_per_block = kPackedWindows / outputs;
+  if (outputs < k2x2ShortRow) {  // Short rows: packed (see k2x2ShortRow).
+    T top[2 * k2x2PackedWindows], bottom[2 * k2x2PackedWindows];
+    T dx_top[2 * k2x2PackedWindows], dx_bottom[2 * k2x2PackedWindows];
+    const int64_t pairs_per_block = k2x2PackedWindows / outputs;
     for (int64_t first = 0; first < w.output[1]; first += pairs_per_block) {
       const int64_t pairs = std::min(pairs_per_block, w.output[1] - first);
-      for (int64_t k = 0; k < pairs; ++k) {
-        const T* source = x + 2 * (first + k) * width;
-        std::copy_n(source, covered_columns, top + k * covered_columns);
-        std::copy_n(source + width, covered_columns, bottom + k * covered_columns);
-      }
+      PackRowPairs(w, x, first, pairs, top, bottom);
       MaxPool2x2BackwardRow(top, bottom, dy + first * outputs, dx_top, dx_bottom, pairs * outputs);
       for (int64_t k = 0; k < pairs; ++k) {
         T* target = dx + 2 * (first + k) * width;
