@@ -4,6 +4,7 @@
 #ifndef TRAIND_ENGINE_OPS_ELEMENTWISE_H_
 #define TRAIND_ENGINE_OPS_ELEMENTWISE_H_
 
+#include <algorithm>
 #include <memory>
 #include <type_traits>
 
@@ -59,7 +60,11 @@ inline T WrapNeg(T a) {
 template <typename Op, typename... Ts>
 class UnaryKernel final : public Kernel {
  public:
-  UnaryKernel(const char* name, Op op) : name_(name), op_(op) {}
+  UnaryKernel(const char* name, Op op) : name_(name), op_(op), fn_(op) {}
+
+  const ElementwiseFloatFn* elementwise_float() const override {
+    return (std::is_same_v<float, Ts> || ...) ? &fn_ : nullptr;
+  }
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
@@ -78,8 +83,28 @@ class UnaryKernel final : public Kernel {
   }
 
  private:
+  // The same loop as Compute's, for the fusion.
+  class Fn final : public ElementwiseFloatFn {
+   public:
+    explicit Fn(Op op) : op_(op) {}
+    int arity() const override { return 1; }
+    void Apply(const float* const* inputs, const bool* broadcast, int64_t n, float* out) const override {
+      const Op op = op_;
+      const float* in = inputs[0];
+      if (broadcast[0]) {
+        std::fill_n(out, n, static_cast<float>(op(in[0])));
+        return;
+      }
+      for (int64_t i = 0; i < n; ++i) out[i] = op(in[i]);
+    }
+
+   private:
+    Op op_;
+  };
+
   const char* name_;
   Op op_;
+  Fn fn_;
 };
 
 // out = op(a, b) with numpy broadcasting; both inputs share one dtype from Ts. The output has the
@@ -90,6 +115,11 @@ class BinaryKernel final : public Kernel {
  public:
   explicit BinaryKernel(const char* name, LegacyBroadcast legacy = {})
       : name_(name), legacy_(legacy) {}
+
+  // Float arithmetic with numpy broadcasting only (legacy opset < 7 broadcasting aligns B differently).
+  const ElementwiseFloatFn* elementwise_float() const override {
+    return !kBoolOutput && !legacy_.active() && (std::is_same_v<float, Ts> || ...) ? &fn_ : nullptr;
+  }
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* a, context.RequiredInput(0));
@@ -118,8 +148,20 @@ class BinaryKernel final : public Kernel {
   }
 
  private:
+  // BinaryRow's loops for a full row or a broadcast value on either side, for the fusion.
+  class Fn final : public ElementwiseFloatFn {
+   public:
+    int arity() const override { return 2; }
+    void Apply(const float* const* inputs, const bool* broadcast, int64_t n, float* out) const override {
+      if constexpr (!kBoolOutput) {
+        BinaryRow(inputs[0], broadcast[0] ? 0 : 1, inputs[1], broadcast[1] ? 0 : 1, out, n, Op{});
+      }
+    }
+  };
+
   const char* name_;
   LegacyBroadcast legacy_;
+  Fn fn_;
 };
 
 }  // namespace traind::engine

@@ -117,6 +117,18 @@ class KernelContext {
   std::deque<Tensor> scratch_;  // Unwanted outputs; deque keeps earlier pointers valid.
 };
 
+// A float32 computation where each output element depends only on the input elements at its position, which a
+// kernel hands to the compiler's elementwise fusion (engine/runtime/fused_elementwise.h): out[i] =
+// f(in_0[i], ..., in_k[i]), each input either n values or one value used for every i (`broadcast`). It must compute
+// exactly what the kernel's Compute computes for those inputs (same operations in the same order), so that fusing
+// changes no bit of any result. Pure: reads its inputs, writes `out`, keeps no state.
+class ElementwiseFloatFn {
+ public:
+  virtual ~ElementwiseFloatFn() = default;
+  virtual int arity() const = 0;
+  virtual void Apply(const float* const* inputs, const bool* broadcast, int64_t n, float* out) const = 0;
+};
+
 class Kernel {
  public:
   virtual ~Kernel() = default;
@@ -129,6 +141,10 @@ class Kernel {
   // only when it is handed exactly those tensors (the same buffer). Returns the bytes it keeps, which the plan
   // counts with its constants. Best effort: a kernel that cannot prepare keeps nothing and runs as usual.
   virtual int64_t PrepareConstants(const std::vector<const Tensor*>& /*constants*/) { return 0; }
+
+  // Non-null when this node, on float32 inputs and output, is an elementwise computation the compiler may fuse
+  // with its neighbours (see ElementwiseFloatFn); owned by the kernel.
+  virtual const ElementwiseFloatFn* elementwise_float() const { return nullptr; }
 };
 
 using KernelFactory = absl::StatusOr<std::unique_ptr<Kernel>> (*)(const KernelInit& init);

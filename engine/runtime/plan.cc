@@ -4,16 +4,19 @@
 #include <functional>
 #include <utility>
 #include <limits>
+#include <optional>
 #include <queue>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/core/buffer_pool.h"
 #include "engine/core/shape.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/tensor_proto.h"
+#include "engine/runtime/fused_elementwise.h"
 
 namespace traind::engine {
 namespace {
@@ -63,6 +66,7 @@ class Compiler {
     TRAIND_RETURN_IF_ERROR(AddOutputs());
     FoldConstants();
     if (options_.prepare_constants) PrepareConstants();
+    if (options_.fuse_elementwise) FuseElementwise();
     PlanReleases();
     PlanDonations();
     EstimateMemory();
@@ -292,6 +296,138 @@ class Compiler {
       }
       if (any) prepared_bytes_ = SaturatingAdd(prepared_bytes_, node.kernel->PrepareConstants(constants));
     }
+  }
+
+  // Groups of float32 elementwise nodes become one FusedElementwiseKernel node at the place of the group's last node
+  // (engine/runtime/fused_elementwise.h says what fuses and why results do not change). A group grows from a node
+  // backwards: an input it reads is absorbed with its producer when that producer is fusable, has the same output
+  // shape, and nothing else reads the value (not another node, not a graph output).
+  void FuseElementwise() {
+    const std::vector<std::optional<GraphValue>> types = StaticSlotTypes();
+    const int num_nodes = static_cast<int>(plan_->nodes.size());
+    std::vector<int> readers(plan_->slot_names.size(), 0), producer(plan_->slot_names.size(), -1);
+    std::vector<bool> graph_output(plan_->slot_names.size(), false);
+    for (const GraphValue& output : plan_->outputs) graph_output[output.slot] = true;
+    for (int n = 0; n < num_nodes; ++n) {
+      for (int slot : plan_->nodes[n].inputs) {
+        if (slot >= 0) ++readers[slot];
+      }
+      for (int slot : plan_->nodes[n].outputs) {
+        if (slot >= 0) producer[slot] = n;
+      }
+    }
+    auto is_float_with_shape = [&](int slot) {
+      return slot >= 0 && types[slot].has_value() && types[slot]->dtype == DataType::kFloat32;
+    };
+    auto fusable = [&](int n) {
+      const PlannedNode& node = plan_->nodes[n];
+      const ElementwiseFloatFn* fn = node.kernel->elementwise_float();
+      if (fn == nullptr || node.outputs.size() != 1 || !is_float_with_shape(node.outputs[0]) ||
+          static_cast<int>(node.inputs.size()) != fn->arity() || fn->arity() > 8) {
+        return false;
+      }
+      const Shape& shape = types[node.outputs[0]]->dims;
+      for (int slot : node.inputs) {
+        if (!is_float_with_shape(slot)) return false;
+        const Shape& dims = types[slot]->dims;
+        const bool one_element = std::all_of(dims.begin(), dims.end(), [](int64_t d) { return d == 1; });
+        if (dims != shape && !(one_element && dims.size() <= shape.size())) return false;
+      }
+      return true;
+    };
+    // members[n]: the nodes of the group whose last node is n, in schedule order; absorbed[n]: n is in a later group.
+    std::vector<std::vector<int>> members(num_nodes);
+    std::vector<bool> absorbed(num_nodes, false);
+    for (int n = 0; n < num_nodes; ++n) {
+      if (!fusable(n)) continue;
+      members[n] = {n};
+      const Shape& shape = types[plan_->nodes[n].outputs[0]]->dims;
+      for (int slot : plan_->nodes[n].inputs) {
+        const int p = producer[slot];
+        if (p < 0 || members[p].empty() || absorbed[p] || readers[slot] != 1 || graph_output[slot] ||
+            types[plan_->nodes[p].outputs[0]]->dims != shape) {
+          continue;
+        }
+        members[n].insert(members[n].end(), members[p].begin(), members[p].end());
+        members[p].clear();
+        absorbed[p] = true;
+      }
+      std::sort(members[n].begin(), members[n].end());
+    }
+    std::vector<PlannedNode> nodes;
+    for (int n = 0; n < num_nodes; ++n) {
+      if (absorbed[n]) continue;
+      if (members[n].size() < 2) {
+        nodes.push_back(std::move(plan_->nodes[n]));
+        continue;
+      }
+      nodes.push_back(MakeFusedNode(members[n], types));
+    }
+    plan_->nodes = std::move(nodes);
+  }
+
+  PlannedNode MakeFusedNode(const std::vector<int>& members, const std::vector<std::optional<GraphValue>>& types) {
+    PlannedNode& last = plan_->nodes[members.back()];
+    const Shape& shape = types[last.outputs[0]]->dims;
+    absl::flat_hash_map<int, int> step_of_slot, input_of_slot;
+    std::vector<std::unique_ptr<Kernel>> kernels;
+    std::vector<FusedElementwiseKernel::Step> steps;
+    std::vector<bool> input_is_scalar;
+    PlannedNode fused;
+    std::vector<std::string> op_types;
+    for (int n : members) {
+      PlannedNode& node = plan_->nodes[n];
+      FusedElementwiseKernel::Step step;
+      step.fn = node.kernel->elementwise_float();
+      for (int slot : node.inputs) {
+        if (auto it = step_of_slot.find(slot); it != step_of_slot.end()) {
+          step.operands.push_back(-1 - it->second);
+          continue;
+        }
+        auto [it, added] = input_of_slot.emplace(slot, static_cast<int>(fused.inputs.size()));
+        if (added) {
+          fused.inputs.push_back(slot);
+          input_is_scalar.push_back(types[slot]->dims != shape);
+        }
+        step.operands.push_back(it->second);
+      }
+      step_of_slot[node.outputs[0]] = static_cast<int>(steps.size());
+      steps.push_back(std::move(step));
+      kernels.push_back(std::move(node.kernel));
+      op_types.push_back(node.op_type);
+    }
+    fused.label = absl::StrCat(last.label, " fused with ", members.size() - 1, " elementwise nodes before it");
+    fused.op_type = absl::StrCat("Fused(", absl::StrJoin(op_types, "+"), ")");
+    fused.outputs = {last.outputs[0]};
+    fused.kernel = std::make_unique<FusedElementwiseKernel>(std::move(kernels), std::move(steps),
+                                                            std::move(input_is_scalar));
+    return fused;
+  }
+
+  // Dtype and dims of every slot whose type shape inference (or the graph, or a constant) states fully.
+  std::vector<std::optional<GraphValue>> StaticSlotTypes() const {
+    std::vector<std::optional<GraphValue>> types(plan_->slot_names.size());
+    for (const auto* infos : {&graph_.input(), &graph_.output(), &graph_.value_info()}) {
+      for (const auto& info : *infos) {
+        auto it = slot_by_name_.find(info.name());
+        if (it == slot_by_name_.end() || types[it->second].has_value()) continue;
+        absl::StatusOr<GraphValue> value = DescribeValue(info, it->second);
+        if (!value.ok() || !value->has_shape ||
+            std::any_of(value->dims.begin(), value->dims.end(), [](int64_t d) { return d < 0; })) {
+          continue;
+        }
+        types[it->second] = *std::move(value);
+      }
+    }
+    for (const auto& [slot, tensor] : plan_->constants) {
+      GraphValue value;
+      value.slot = slot;
+      value.dtype = tensor.dtype();
+      value.has_shape = true;
+      value.dims = tensor.shape();
+      types[slot] = std::move(value);
+    }
+    return types;
   }
 
   // For each slot, find the last node that reads it; graph outputs are never released.

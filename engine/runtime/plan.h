@@ -76,6 +76,9 @@ struct CompileOptions {
   // Kernel::PrepareConstants after constant folding (weights of constant matrices in the math library's layout).
   // Off only to measure what it brings (eval_bench --noprepare_constants).
   bool prepare_constants = true;
+  // Groups of float32 elementwise nodes run as one node, chunk by chunk (engine/runtime/fused_elementwise.h). Only
+  // for plans the CPU executor runs: the GPU executor places nodes by op type.
+  bool fuse_elementwise = true;
 };
 
 // Builds a Plan from a model that LoadModel* accepted. Errors: kUnimplemented for ops (or opsets)

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -215,6 +216,116 @@ TEST(RuntimeTest, DonationTargetsAreSoleReaders) {
   EXPECT_FLOAT_EQ((*outputs)[0].data<float>()[0], 4.0f);  // (1 + 1) * 2
   EXPECT_FLOAT_EQ((*outputs)[1].data<float>()[0], 2.0f);  // (3 - 4) + 3
   for (int i = 0; i < 4; ++i) EXPECT_EQ(inputs[i].data<float>()[0], 1.0f + i);
+}
+
+// The exported GELU, y = (x * (1 + erf(x / sqrt(2)))) * 0.5, over a static [4, 1000] input, with one more
+// consumer of x (so x itself is not absorbed) and a bias Add of a [1000] row (not a scalar: it stays its own node).
+onnx::ModelProto GeluModel() {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  auto* graph = model.mutable_graph();
+  auto add_static = [](onnx::ValueInfoProto* info, const std::string& name, std::vector<int64_t> dims) {
+    info->set_name(name);
+    auto* type = info->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t dim : dims) type->mutable_shape()->add_dim()->set_dim_value(dim);
+  };
+  add_static(graph->add_input(), "x", {4, 1000});
+  add_static(graph->add_input(), "bias", {1000});
+  add_static(graph->add_output(), "y", {4, 1000});
+  add_static(graph->add_output(), "x_plus_bias", {4, 1000});
+  for (const char* name : {"scaled", "erf", "one_plus", "times_x"}) add_static(graph->add_value_info(), name, {4, 1000});
+  auto add_scalar = [&](const char* name, float value) {
+    auto* constant = graph->add_initializer();
+    constant->set_name(name);
+    constant->set_data_type(onnx::TensorProto::FLOAT);
+    constant->add_float_data(value);
+  };
+  add_scalar("sqrt2", 1.4142135f);
+  add_scalar("one", 1.0f);
+  add_scalar("half", 0.5f);
+  AddNode(graph, "Add", {"x", "bias"}, "x_plus_bias");  // first: its output lives while the chain runs
+  AddNode(graph, "Div", {"x", "sqrt2"}, "scaled");
+  AddNode(graph, "Erf", {"scaled"}, "erf");
+  AddNode(graph, "Add", {"erf", "one"}, "one_plus");
+  AddNode(graph, "Mul", {"x", "one_plus"}, "times_x");
+  AddNode(graph, "Mul", {"times_x", "half"}, "y");
+  return model;
+}
+
+TEST(RuntimeTest, ElementwiseChainsFuseIntoOneNodeWithBitwiseEqualResults) {
+  CompileOptions unfused_options;
+  unfused_options.fuse_elementwise = false;
+  auto fused = Compile(GeluModel());
+  auto unfused = Compile(GeluModel(), unfused_options);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_TRUE(unfused.ok()) << unfused.status();
+  std::vector<std::string> op_types;
+  for (const PlannedNode& node : (*fused)->nodes) op_types.push_back(node.op_type);
+  EXPECT_EQ(op_types, (std::vector<std::string>{"Add", "Fused(Div+Erf+Add+Mul+Mul)"}));
+  EXPECT_EQ((*unfused)->nodes.size(), 6u);
+  // The four intermediates never exist: the fused plan's peak holds the two outputs (16 KB buckets), the unfused
+  // one x_plus_bias and two intermediates (a node's input and output) at a time.
+  EXPECT_EQ((*fused)->memory.peak_bytes, 2 * 16384);
+  EXPECT_EQ((*unfused)->memory.peak_bytes, 3 * 16384);
+
+  std::vector<float> x(4000), bias(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 4.0f;
+  x[5] = std::numeric_limits<float>::infinity();
+  x[6] = std::numeric_limits<float>::quiet_NaN();
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.001f * static_cast<float>(i);
+  const NamedTensors inputs = {{"x", *Tensor::FromVector<float>({4, 1000}, x)},
+                               {"bias", *Tensor::FromVector<float>({1000}, bias)}};
+  ThreadPool threads(3);  // several chunks per thread and a partial last chunk (4000 = 3 * 1024 + 928)
+  Session fused_session(*fused, std::make_unique<CpuExecutor>(&threads));
+  Session unfused_session(*unfused, std::make_unique<CpuExecutor>(&threads));
+  auto fused_outputs = fused_session.Run(inputs);
+  auto unfused_outputs = unfused_session.Run(inputs);
+  ASSERT_TRUE(fused_outputs.ok()) << fused_outputs.status();
+  ASSERT_TRUE(unfused_outputs.ok()) << unfused_outputs.status();
+  for (int output = 0; output < 2; ++output) {
+    const Tensor& a = (*fused_outputs)[output].second;
+    const Tensor& b = (*unfused_outputs)[output].second;
+    ASSERT_EQ(a.shape(), b.shape());
+    EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()), 0) << "output " << output;
+  }
+  // And the values are GELU's.
+  const float* y = (*fused_outputs)[0].second.data<float>();
+  EXPECT_NEAR(y[1], x[1] * 0.5 * (1 + std::erf(x[1] / std::sqrt(2.0))), 1e-6);
+  EXPECT_TRUE(std::isnan(y[6]));
+}
+
+TEST(RuntimeTest, AValueReadTwiceOrReturnedIsNotFusedAway) {
+  // a = Exp(x) is read by Neg and by Abs: it must exist whole, so Exp fuses with neither. y = Neg(a) is a graph
+  // output read by the final Add: kept too.
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  auto* graph = model.mutable_graph();
+  auto add_static = [](onnx::ValueInfoProto* info, const std::string& name) {
+    info->set_name(name);
+    auto* type = info->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(onnx::TensorProto::FLOAT);
+    type->mutable_shape()->add_dim()->set_dim_value(3);
+  };
+  add_static(graph->add_input(), "x");
+  add_static(graph->add_output(), "y");
+  add_static(graph->add_output(), "z");
+  for (const char* name : {"a", "b"}) add_static(graph->add_value_info(), name);
+  AddNode(graph, "Exp", {"x"}, "a");
+  AddNode(graph, "Neg", {"a"}, "y");
+  AddNode(graph, "Abs", {"a"}, "b");
+  AddNode(graph, "Add", {"b", "y"}, "z");
+  auto plan = Compile(model);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<std::string> op_types;
+  for (const PlannedNode& node : (*plan)->nodes) op_types.push_back(node.op_type);
+  EXPECT_EQ(op_types, (std::vector<std::string>{"Exp", "Neg", "Fused(Abs+Add)"}));
+  Session session(*plan, std::make_unique<CpuExecutor>());
+  auto outputs = session.Run({{"x", *Tensor::FromVector<float>({3}, std::vector<float>{0, 1, -1})}});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  EXPECT_FLOAT_EQ((*outputs)[1].second.data<float>()[1], std::exp(1.0f) - std::exp(1.0f));
 }
 
 }  // namespace

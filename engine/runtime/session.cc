@@ -17,7 +17,9 @@ size_t PoolCacheBytes(const PlanMemory& memory) {
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(const onnx::ModelProto& model,
                                                          const SessionOptions& options) {
-  TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, Compile(model));
+  CompileOptions compile_options;
+  compile_options.fuse_elementwise = !options.make_executor;  // another executor places nodes by their op type
+  TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, Compile(model, compile_options));
   MemoryReservation constants;
   if (options.memory_budget != nullptr) {
     const PlanMemory& memory = plan->memory;
