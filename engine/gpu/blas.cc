@@ -104,7 +104,10 @@ class ClBlastPrograms {
     call.key = *key;
     call.cache_key =
         device.ProgramCacheKey(absl::StrCat("clblast ", library_digest_, " ", std::get<2>(*key)), std::get<3>(*key));
-    if (InClBlastCache(call.key)) return call;  // built already in this process (another context, a retry)
+    if (InClBlastCache(call.key)) {  // CLBlast has the binary already (another device of the same name)
+      call.cache_key.clear();
+      return call;
+    }
     if (std::optional<std::string> binary = device.ReadCachedBinary(call.cache_key)) {
       BinaryKey stored = call.key;
       store_(instance_(), &stored, &*binary);
