@@ -5,8 +5,11 @@
   /usr/bin/python3 bench/compare_eval.py --models ../shared/bench/models [--threads 2] [--repeats 3]
 
 For each workload, traind (bench/eval_bench) and onnxruntime-node (the peer script
-ort_infer_bench.mjs beside the models) time the same model.onnx on the same input, back to back, with the
-same thread count; each checks its outputs against the PyTorch reference first. The ratio is traind / ORT.
+ort_infer_bench.mjs beside the models) time the same model.onnx on the same input with the same thread count,
+alternating repeat by repeat (traind, ORT, traind, ORT, ...), each repeat at least --min-time seconds; each
+checks its outputs against the PyTorch reference first. The ratio is the median of the per-repeat ratios
+traind / ORT: on a shared VM whose speed drifts by 10-20 % from one second to the next, only runs taken side by
+side compare.
 """
 import argparse
 import json
@@ -45,12 +48,18 @@ def run_ort(models, workload, threads, repeats, min_time):
     return medians[len(medians) // 2]
 
 
+def median(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", required=True, help="folder with manifest.json (../shared/bench/models)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--min-time", type=float, default=1.5)
+    parser.add_argument("--repeats", type=int, default=5, help="alternating repeats of each side")
+    parser.add_argument("--min-time", type=float, default=1.0)
     parser.add_argument("--only", default="mlp,cnn,resnet8,transformer")
     args = parser.parse_args()
     models = os.path.abspath(args.models)
@@ -58,14 +67,23 @@ def main():
     rows = []
     for workload in args.only.split(","):
         spec = manifest["workloads"][workload]
-        ort_ms = run_ort(models, workload, args.threads, args.repeats, args.min_time)
-        traind, error = run_traind(models, workload, spec, args.threads, args.repeats, args.min_time)
-        traind_ms = traind["median_ms"] if traind else None
-        ratio = f"{traind_ms / ort_ms:.2f}×" if traind_ms and ort_ms else "–"
-        rows.append(f"| {workload} | {args.threads} | {traind_ms:.3f} |" if traind_ms else f"| {workload} | {args.threads} | {error} |")
-        rows[-1] += f" {ort_ms:.3f} | {ratio} |" if ort_ms else " ORT failed | – |"
+        traind_runs, ort_runs, ratios, error = [], [], [], None
+        for _ in range(args.repeats):
+            traind, error = run_traind(models, workload, spec, args.threads, 1, args.min_time)
+            ort_ms = run_ort(models, workload, args.threads, 1, args.min_time)
+            if traind is None or ort_ms is None:
+                break
+            traind_runs.append(traind["median_ms"])
+            ort_runs.append(ort_ms)
+            ratios.append(traind["median_ms"] / ort_ms)
+        if not ratios:
+            rows.append(f"| {workload} | {args.threads} | {error or '–'} | {'ORT failed' if error is None else '–'} | – |")
+        else:
+            rows.append(f"| {workload} | {args.threads} | {median(traind_runs):.3f} | {median(ort_runs):.3f} | "
+                        f"{median(ratios):.2f}× ({min(ratios):.2f}–{max(ratios):.2f}) |")
         print(rows[-1], file=sys.stderr, flush=True)
-    print("| workload | threads | traind fwd ms (median) | onnxruntime-node fwd ms (median) | traind / ORT |")
+    print("| workload | threads | traind fwd ms (median) | onnxruntime-node fwd ms (median) "
+          "| traind / ORT (median of per-repeat ratios; range) |")
     print("|---|---:|---:|---:|---:|")
     print("\n".join(rows))
 

@@ -2,6 +2,7 @@
 //
 //   bazel run -c opt //bench:eval_bench -- --model=M.onnx --input=input=x.npy [--reference=logits=ref.npy]
 //       [--threads=2] [--warmup=20] [--min_iters=20] [--min_time=1.5] [--repeats=3] [--json]
+//       [--noprepare_constants]
 //
 // Compile once, run `warmup` times, then time single runs until both min_iters and min_time are reached;
 // repeat that `repeats` times and report the median of the per-repeat medians (and p10/p90 of all runs).
@@ -45,6 +46,9 @@ ABSL_FLAG(int, repeats, 3, "Repeats; the reported median is the median of their 
 ABSL_FLAG(bool, json, false, "Print one JSON line instead of text.");
 ABSL_FLAG(std::string, device, "cpu", "cpu, or gpu / gpu:N: the OpenCL GPU executor on device N.");
 ABSL_FLAG(bool, profile, false, "Also print the time per op type (one more timed pass, profiled).");
+ABSL_FLAG(bool, prepare_constants, true,
+          "Let kernels prepare constant inputs at compile time (Kernel::PrepareConstants); --noprepare_constants "
+          "measures what that brings.");
 
 namespace traind::engine {
 namespace {
@@ -63,7 +67,9 @@ int Main() {
   load_options.map_external_data = true;  // weights in external data files are mapped, not copied
   absl::StatusOr<onnx::ModelProto> model = LoadModelFromFile(absl::GetFlag(FLAGS_model), load_options);
   if (!model.ok()) return Fail(std::string(model.status().message()));
-  absl::StatusOr<std::shared_ptr<const Plan>> plan = Compile(*model);
+  CompileOptions compile_options;
+  compile_options.prepare_constants = absl::GetFlag(FLAGS_prepare_constants);
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = Compile(*model, compile_options);
   if (!plan.ok()) return Fail(std::string(plan.status().message()));
   std::unique_ptr<Executor> executor;
   CpuExecutor* cpu_executor = nullptr;

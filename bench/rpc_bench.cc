@@ -2,7 +2,9 @@
 // forward + backward + optimizer step + lazy reset, with the batch in the request) side by side with the same step
 // in process (Module + Optimizer, as train_bench), in alternating rounds of one run; then the total steps/s of 1, 2
 // and 4 sessions stepping at once, each driven by its own client. Also TrainStream with batches in flight (the
-// next batch travels while the current step computes), the path of a client streaming a dataset.
+// next batch travels while the current step computes), the path of a client streaming a dataset. And where the
+// unary overhead goes: TrainSteps the daemon refuses before computing (empty, carrying the batch, and carrying it
+// after a pause as long as a step, as a unary client's connection idles while the daemon computes).
 //
 //   bazel run -c opt //bench:rpc_bench -- --model=M.onnx --input=input=x.npy --target=target=y.npy
 //       [--loss=cross_entropy|mse] [--threads=2] [--rounds=5] [--min_time=1] [--sessions=1,2,4] [--json]
@@ -23,6 +25,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "bench/bench_stats.h"
 #include "client/connection.h"
 #include "engine/core/status_macros.h"
@@ -157,12 +161,30 @@ class Remote {
     request_.set_session_id(session);
     request_.clear_inputs();
     for (const auto& [name, tensor] : batch) *request_.add_inputs() = ToWire(name, tensor);
+    refused_empty_.set_session_id("no-such-session");
+    refused_with_batch_ = request_;
+    refused_with_batch_.set_session_id("no-such-session");
   }
 
   absl::Status Step() {
     grpc::ClientContext context;
     v1::TrainStepResponse response;
     return FromGrpc(stub_->TrainStep(&context, request_, &response), "TrainStep");
+  }
+
+  // Where the unary overhead goes: a TrainStep the daemon refuses (NOT_FOUND: no such session) after decoding its
+  // inputs, with or without the batch. Neither computes anything: without the batch it is the RPC floor, with it
+  // the floor plus moving and decoding the batch. `idle_before` sleeps first, as a unary client's connection sits
+  // idle while the daemon computes a step: on small VMs the wake-ups after such a pause cost more than the bytes.
+  absl::Status RefusedStep(bool with_batch, absl::Duration idle_before) {
+    if (idle_before > absl::ZeroDuration()) absl::SleepFor(idle_before);
+    grpc::ClientContext context;
+    v1::TrainStepResponse response;
+    const grpc::Status status =
+        stub_->TrainStep(&context, with_batch ? refused_with_batch_ : refused_empty_, &response);
+    if (status.error_code() == grpc::StatusCode::NOT_FOUND) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("a TrainStep of an unknown session answered ", status.error_code(), ": ",
+                                            status.error_message()));
   }
 
   // TrainStream with `window` batches in flight, what a client streaming a dataset does: the next batch travels
@@ -197,17 +219,20 @@ class Remote {
   Remote() = default;
   std::unique_ptr<v1::TrainingService::Stub> stub_;
   v1::TrainStepRequest request_;
+  v1::TrainStepRequest refused_empty_, refused_with_batch_;
 };
 
-// Steps until `min_time` has passed (and at least 5 steps); returns each step's milliseconds.
+// Steps until `min_time` has passed (and at least 5 steps); returns each step's milliseconds, less `excluded` (a
+// pause the step takes before its call).
 template <typename StepFn>
-absl::StatusOr<std::vector<double>> TimeSteps(StepFn step, double min_time) {
+absl::StatusOr<std::vector<double>> TimeSteps(StepFn step, double min_time,
+                                              absl::Duration excluded = absl::ZeroDuration()) {
   std::vector<double> ms;
   const Clock::time_point start = Clock::now();
   while (ms.size() < 5 || Seconds(start, Clock::now()) < min_time) {
     const Clock::time_point t0 = Clock::now();
     TRAIND_RETURN_IF_ERROR(step());
-    ms.push_back(1e3 * Seconds(t0, Clock::now()));
+    ms.push_back(1e3 * Seconds(t0, Clock::now()) - absl::ToDoubleMilliseconds(excluded));
   }
   return ms;
 }
@@ -268,7 +293,7 @@ int Main() {
     if (absl::Status s = local_step(); !s.ok()) return Fail(s);
     if (absl::Status s = remote_step(); !s.ok()) return Fail(s);
   }
-  std::vector<double> local_ms, remote_ms, stream_ms;
+  std::vector<double> local_ms, remote_ms, stream_ms, floor_ms, floor_batch_ms, floor_idle_ms;
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     absl::StatusOr<std::vector<double>> a = TimeSteps(local_step, absl::GetFlag(FLAGS_min_time));
     if (!a.ok()) return Fail(a.status());
@@ -277,12 +302,28 @@ int Main() {
     absl::StatusOr<std::vector<double>> c =
         (*remote)->StreamSteps(absl::GetFlag(FLAGS_min_time), std::max(1, absl::GetFlag(FLAGS_stream_window)));
     if (!c.ok()) return Fail(c.status());
+    absl::StatusOr<std::vector<double>> d =
+        TimeSteps([&] { return (*remote)->RefusedStep(false, absl::ZeroDuration()); }, 0.25);
+    if (!d.ok()) return Fail(d.status());
+    absl::StatusOr<std::vector<double>> e =
+        TimeSteps([&] { return (*remote)->RefusedStep(true, absl::ZeroDuration()); }, 0.25);
+    if (!e.ok()) return Fail(e.status());
+    // After a pause as long as an in-process step (the time a unary client's connection sits idle per step).
+    const absl::Duration step_pause = absl::Microseconds(1e3 * engine::Median(*a));
+    absl::StatusOr<std::vector<double>> f = TimeSteps(
+        [&] { return (*remote)->RefusedStep(true, step_pause); }, 0.25, /*excluded=*/step_pause);
+    if (!f.ok()) return Fail(f.status());
+    floor_ms.insert(floor_ms.end(), d->begin(), d->end());
+    floor_batch_ms.insert(floor_batch_ms.end(), e->begin(), e->end());
+    floor_idle_ms.insert(floor_idle_ms.end(), f->begin(), f->end());
     local_ms.insert(local_ms.end(), a->begin(), a->end());
     remote_ms.insert(remote_ms.end(), b->begin(), b->end());
     stream_ms.insert(stream_ms.end(), c->begin(), c->end());
   }
   const double local_median = engine::Median(local_ms), remote_median = engine::Median(remote_ms);
   const double stream_median = engine::Median(stream_ms);
+  const double floor_median = engine::Median(floor_ms), floor_batch_median = engine::Median(floor_batch_ms);
+  const double floor_idle_median = engine::Median(floor_idle_ms);
 
   // Throughput of N sessions at once, each with its own client (channel) and thread.
   std::map<int, double> steps_per_second;
@@ -333,10 +374,11 @@ int Main() {
       absl::StrAppend(&throughput, throughput.empty() ? "" : ", ", "\"", count, "\": ", rate);
     }
     std::printf("{\"model\": \"%s\", \"threads\": %d, \"in_process_ms\": %.4f, \"rpc_ms\": %.4f, \"ratio\": %.4f, "
-                "\"overhead_us\": %.1f, \"stream_ms\": %.4f, \"stream_ratio\": %.4f, \"steps_per_second\": {%s}}\n",
+                "\"overhead_us\": %.1f, \"stream_ms\": %.4f, \"stream_ratio\": %.4f, \"refused_call_us\": %.1f, "
+                "\"refused_call_with_batch_us\": %.1f, \"refused_call_after_idle_us\": %.1f, \"steps_per_second\": {%s}}\n",
                 model.c_str(), threads, local_median, remote_median, remote_median / local_median,
                 1e3 * (remote_median - local_median), stream_median, stream_median / local_median,
-                throughput.c_str());
+                1e3 * floor_median, 1e3 * floor_batch_median, 1e3 * floor_idle_median, throughput.c_str());
   } else {
     std::printf("model %s threads %d: in-process %.3f ms/step, over gRPC %.3f ms/step: %.3fx (+%.1f us/step)\n",
                 model.c_str(), threads, local_median, remote_median, remote_median / local_median,
@@ -344,6 +386,8 @@ int Main() {
     std::printf("  over a TrainStream (%d batches in flight) %.3f ms/step: %.3fx (+%.1f us/step)\n",
                 std::max(1, absl::GetFlag(FLAGS_stream_window)), stream_median, stream_median / local_median,
                 1e3 * (stream_median - local_median));
+    std::printf("  a refused TrainStep (no compute): %.1f us empty, %.1f us carrying the batch, %.1f us carrying it "
+                "after a step's time idle\n", 1e3 * floor_median, 1e3 * floor_batch_median, 1e3 * floor_idle_median);
     const double one = steps_per_second.count(1) ? steps_per_second[1] : 0;
     for (const auto& [count, rate] : steps_per_second) {
       std::printf("  %d session(s) at once: %.1f steps/s in total%s\n", count, rate,

@@ -1,3 +1,4 @@
+#include "engine/runtime/plan.h"
 #include "engine/testing/op_tester.h"
 #include "gtest/gtest.h"
 
@@ -73,6 +74,67 @@ TEST(GemmTest, TransposesAlphaBetaAndBroadcastC) {
   OpTester("Gemm", 13).AddAttribute("transB", int64_t{1})
       .AddInput<float>("a", {1, 2}, {1, 2}).AddInput<float>("b", {2, 2}, {1, 2, 3, 4})
       .AddOutput<float>("y", {1, 2}, {5, 11}).Run();
+}
+
+// A Gemm whose B (and C) are the model's constants runs on weights prepared at compile time (Kernel::
+// PrepareConstants): the same results as with B and C fed as inputs, for each transB, C form and row count, and
+// the plan counts the prepared copy with its constants. alpha != 1 and a C that is an input are not prepared.
+TEST(GemmTest, ConstantWeightsArePreparedOnceAndAgreeWithTheGeneralPath) {
+  struct Case {
+    bool trans_b;
+    std::vector<int64_t> c_shape;  // empty vector with c_given: a scalar C
+    bool c_given, c_constant;
+    float alpha, beta;
+    int64_t m;
+    bool prepared;
+  };
+  const Case cases[] = {
+      {true, {}, false, false, 1.0f, 1.0f, 64, true},     {false, {}, false, false, 1.0f, 1.0f, 3, true},
+      {true, {37}, true, true, 1.0f, 1.0f, 1, true},      {false, {1, 37}, true, true, 1.0f, 0.5f, 5, true},
+      {true, {}, true, true, 1.0f, 2.0f, 8, true},        {true, {37}, true, false, 1.0f, 1.0f, 4, false},
+      {true, {37}, true, true, 2.0f, 1.0f, 4, false},
+  };
+  const int64_t k = 19, n = 37;
+  for (const Case& test : cases) {
+    SCOPED_TRACE(::testing::Message() << "transB " << test.trans_b << " C rank " << test.c_shape.size() << " given "
+                                      << test.c_given << " constant " << test.c_constant << " alpha " << test.alpha
+                                      << " beta " << test.beta << " M " << test.m);
+    const Shape b_shape = test.trans_b ? Shape{n, k} : Shape{k, n};
+    const std::vector<float> a = Ramp(test.m * k, 0.37f), b = Ramp(n * k, 0.11f);
+    const int64_t c_size = test.c_shape.empty() ? 1 : test.c_shape.back();
+    const std::vector<float> c = Ramp(c_size, 1.3f);
+    std::vector<float> expected(test.m * n);
+    for (int64_t i = 0; i < test.m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < k; ++p) sum += double{a[i * k + p]} * (test.trans_b ? b[j * k + p] : b[p * n + j]);
+        expected[i * n + j] = static_cast<float>(test.alpha * sum + (test.c_given ? test.beta * c[j % c_size] : 0.0));
+      }
+    }
+    for (const bool constant : {false, true}) {
+      OpTester gemm("Gemm", 13);
+      gemm.AddAttribute("transB", int64_t{test.trans_b}).AddAttribute("alpha", test.alpha)
+          .AddAttribute("beta", test.beta).AddInput<float>("a", {test.m, k}, a);
+      if (constant) {
+        gemm.AddConstantInput<float>("b", b_shape, b);
+      } else {
+        gemm.AddInput<float>("b", b_shape, b);
+      }
+      if (test.c_given && constant && test.c_constant) {
+        gemm.AddConstantInput<float>("c", Shape(test.c_shape.begin(), test.c_shape.end()), c);
+      } else if (test.c_given) {
+        gemm.AddInput<float>("c", Shape(test.c_shape.begin(), test.c_shape.end()), c);
+      }
+      gemm.AddOutput<float>("y", {test.m, n}, expected).SetTolerance(1e-5, 1e-4).Run();
+      absl::StatusOr<std::shared_ptr<const Plan>> plan = Compile(gemm.model());
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      int64_t raw_constant_bytes = 0;
+      for (const auto& [slot, tensor] : (*plan)->constants) raw_constant_bytes += tensor.byte_size();
+      const bool expect_prepared = constant && test.prepared;
+      EXPECT_EQ((*plan)->memory.constant_bytes > raw_constant_bytes, expect_prepared)
+          << (*plan)->memory.constant_bytes << " bytes counted, " << raw_constant_bytes << " of constants";
+    }
+  }
 }
 
 TEST(MatMulTest, IntegerIsUnsupported) {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -106,24 +107,27 @@ void AddShiftedMoments(const T* p, int64_t n, double shift, double* sum, double*
 }
 
 // The four sums BatchNormalizationGrad needs over one contiguous run, in one read of x and dy: (x - shift),
-// (x - shift)^2, dy and dy * (x - shift), added to moments[0..3]. Lanes of T (16 floats vectorise fully) are
-// flushed into the double totals every kChunk elements, so each lane adds at most kChunk / 16 values in T.
+// (x - shift)^2, dy and dy * (x - shift), added to moments[0..3]. One 64-byte vector of lanes of T per sum (GCC
+// vector extensions: as arrays of lanes, GCC vectorised across iterations and shuffled every element), flushed into
+// the double totals every kChunk elements, so each lane adds at most kChunk / lanes values in T.
 template <typename T>
 void AddBatchNormMoments(const T* __restrict x, const T* __restrict dy, int64_t n, T shift, double* moments) {
-  constexpr int kWide = 16;
+  typedef T Lanes __attribute__((vector_size(64)));
+  constexpr int64_t kLanes = 64 / sizeof(T);
   constexpr int64_t kChunk = 1024;
   for (int64_t chunk = 0; chunk < n; chunk += kChunk) {
     const int64_t end = std::min(n, chunk + kChunk);
-    T s[kWide] = {}, q[kWide] = {}, g[kWide] = {}, gx[kWide] = {};
+    Lanes s = {}, q = {}, g = {}, gx = {};
     int64_t i = chunk;
-    for (; i + kWide <= end; i += kWide) {
-      for (int j = 0; j < kWide; ++j) {
-        const T d = x[i + j] - shift;
-        s[j] += d;
-        q[j] += d * d;
-        g[j] += dy[i + j];
-        gx[j] += dy[i + j] * d;
-      }
+    for (; i + kLanes <= end; i += kLanes) {
+      Lanes d, grad;
+      std::memcpy(&d, x + i, sizeof(d));  // unaligned vector loads
+      std::memcpy(&grad, dy + i, sizeof(grad));
+      d -= shift;
+      s += d;
+      q += d * d;
+      g += grad;
+      gx += grad * d;
     }
     double totals[4] = {0, 0, 0, 0};
     for (; i < end; ++i) {
@@ -133,11 +137,11 @@ void AddBatchNormMoments(const T* __restrict x, const T* __restrict dy, int64_t 
       totals[2] += static_cast<double>(dy[i]);
       totals[3] += static_cast<double>(dy[i]) * d;
     }
-    for (int j = 0; j < kWide; ++j) {
-      totals[0] += s[j];
-      totals[1] += q[j];
-      totals[2] += g[j];
-      totals[3] += gx[j];
+    for (int64_t j = 0; j < kLanes; ++j) {
+      totals[0] += static_cast<double>(s[j]);
+      totals[1] += static_cast<double>(q[j]);
+      totals[2] += static_cast<double>(g[j]);
+      totals[3] += static_cast<double>(gx[j]);
     }
     for (int k = 0; k < 4; ++k) moments[k] += totals[k];
   }
@@ -165,40 +169,54 @@ class BatchNormGradKernel final : public Kernel {
       const T* grad = dy->data<T>();
       const T* gamma = scale->data<T>();
       const double n = static_cast<double>(count);
-      context.threads().ParallelFor(
-          channels, std::max<int64_t>(1, kParallelElementThreshold / count), [&](int64_t begin, int64_t end) {
-            for (int64_t c = begin; c < end; ++c) {
-              // Statistics around a value of the channel (no cancellation when |mean| >> stddev).
-              const T shift = in[c * row];
-              double moments[4] = {0, 0, 0, 0};
-              for (int64_t b = 0; b < batch; ++b) {
-                const int64_t offset = (b * channels + c) * row;
-                AddBatchNormMoments(in + offset, grad + offset, row, shift, moments);
-              }
-              const double sum = moments[0], squares = moments[1], sum_dy = moments[2], sum_dy_x = moments[3];
-              const double shifted_mean = sum / n;
-              const double var = std::max(0.0, squares / n - shifted_mean * shifted_mean);
-              const double inv = 1.0 / std::sqrt(var + epsilon_);
-              const double sum_dy_xhat = (sum_dy_x - shifted_mean * sum_dy) * inv;
-              if (dscale != nullptr) dscale[c] = static_cast<T>(sum_dy_xhat);
-              if (dbias != nullptr) dbias[c] = static_cast<T>(sum_dy);
-              if (dx == nullptr) continue;
-              // inv * gamma * (dy - mean(dy) - xhat * mean(dy * xhat)) as one affine map of (dy, x - shift):
-              // a * dy + b * (x - shift) + k, centred on the shift like the statistics.
-              const double a = static_cast<double>(gamma[c]) * inv;
-              const double mean_dy = sum_dy / n, mean_dy_xhat = sum_dy_xhat / n;
-              const double b_coefficient = -a * mean_dy_xhat * inv;
-              const double k = -a * mean_dy - b_coefficient * shifted_mean;
-              const T ta = static_cast<T>(a), tb = static_cast<T>(b_coefficient), tk = static_cast<T>(k);
-              for (int64_t b = 0; b < batch; ++b) {
-                const int64_t offset = (b * channels + c) * row;
-                const T* __restrict g = grad + offset;
-                const T* __restrict xs = in + offset;
-                T* __restrict out = dx + offset;
-                for (int64_t i = 0; i < row; ++i) out[i] = ta * g[i] + tb * (xs[i] - shift) + tk;
-              }
-            }
-          });
+      // Both passes walk the tensors in memory order, one [b, c] row at a time (a channel-by-channel walk starts
+      // a new stream every row and runs at a fraction of the memory bandwidth). Each row's moments are kept, and
+      // a channel's rows are added in batch order, so the results do not depend on the split among threads.
+      const int64_t rows = batch * channels;
+      const int64_t grain = std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, row));
+      std::vector<T> shifts(static_cast<size_t>(channels));
+      // Statistics around a value of each channel (no cancellation when |mean| >> stddev).
+      for (int64_t c = 0; c < channels; ++c) shifts[c] = in[c * row];
+      std::vector<double> row_moments(static_cast<size_t>(4 * rows), 0.0);
+      context.threads().ParallelFor(rows, grain, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          AddBatchNormMoments(in + r * row, grad + r * row, row, shifts[r % channels], &row_moments[4 * r]);
+        }
+      });
+      // dx = inv * gamma * (dy - mean(dy) - xhat * mean(dy * xhat)) as one affine map of (dy, x - shift) per
+      // channel: a * dy + b * (x - shift) + k, centred on the shift like the statistics.
+      std::vector<T> dy_coefficients(static_cast<size_t>(channels)), x_coefficients(static_cast<size_t>(channels));
+      std::vector<T> constants(static_cast<size_t>(channels));
+      for (int64_t c = 0; c < channels; ++c) {
+        double moments[4] = {0, 0, 0, 0};
+        for (int64_t b = 0; b < batch; ++b) {
+          for (int k = 0; k < 4; ++k) moments[k] += row_moments[4 * (b * channels + c) + k];
+        }
+        const double sum = moments[0], squares = moments[1], sum_dy = moments[2], sum_dy_x = moments[3];
+        const double shifted_mean = sum / n;
+        const double var = std::max(0.0, squares / n - shifted_mean * shifted_mean);
+        const double inv = 1.0 / std::sqrt(var + epsilon_);
+        const double sum_dy_xhat = (sum_dy_x - shifted_mean * sum_dy) * inv;
+        if (dscale != nullptr) dscale[c] = static_cast<T>(sum_dy_xhat);
+        if (dbias != nullptr) dbias[c] = static_cast<T>(sum_dy);
+        const double a = static_cast<double>(gamma[c]) * inv;
+        const double mean_dy = sum_dy / n, mean_dy_xhat = sum_dy_xhat / n;
+        const double b_coefficient = -a * mean_dy_xhat * inv;
+        dy_coefficients[c] = static_cast<T>(a);
+        x_coefficients[c] = static_cast<T>(b_coefficient);
+        constants[c] = static_cast<T>(-a * mean_dy - b_coefficient * shifted_mean);
+      }
+      if (dx == nullptr) return absl::OkStatus();
+      context.threads().ParallelFor(rows, grain, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const int64_t c = r % channels;
+          const T ta = dy_coefficients[c], tb = x_coefficients[c], tk = constants[c], shift = shifts[c];
+          const T* __restrict g = grad + r * row;
+          const T* __restrict xs = in + r * row;
+          T* __restrict out = dx + r * row;
+          for (int64_t i = 0; i < row; ++i) out[i] = ta * g[i] + tb * (xs[i] - shift) + tk;
+        }
+      });
       return absl::OkStatus();
     });
   }

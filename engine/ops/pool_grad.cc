@@ -39,17 +39,10 @@ struct TapTable {
   }
 };
 
-// The common 2x2, stride 2 pooling with every window inside the input (no padding, no dilation): the first
-// maximum of each window found with selects, no data-dependent branches.
-bool IsSimple2x2(const Window3& w) {
-  return w.input[0] == 1 && w.kernel[1] == 2 && w.kernel[2] == 2 && w.strides[1] == 2 && w.strides[2] == 2 &&
-         w.dilations[1] == 1 && w.dilations[2] == 1 && w.pad_begin[1] == 0 && w.pad_begin[2] == 0 &&
-         2 * w.output[1] <= w.input[1] && 2 * w.output[2] <= w.input[2];
-}
-
 // One output row of the 2x2 case: each window's element values a b / e d and its gradient become the four
-// gradient values, every one written (the gradient or 0) with selects only. Kept separate from the row loop,
-// with restrict pointers, so that it vectorises.
+// gradient values, every one written (the gradient or 0). Selects only, no && / || (GCC does not if-convert
+// short-circuit conditions, and a branch per element defeats vectorisation); kept separate from the row loop,
+// with restrict pointers, so that it vectorises (stride-2 loads and stores become permutes).
 template <typename T>
 void MaxPool2x2BackwardRow(const T* __restrict top, const T* __restrict bottom, const T* __restrict g,
                            T* __restrict dx_top, T* __restrict dx_bottom, int64_t outputs) {
@@ -62,9 +55,11 @@ void MaxPool2x2BackwardRow(const T* __restrict top, const T* __restrict bottom, 
     const bool e_wins = e > ab;
     const T abe = e_wins ? e : ab;
     const bool d_wins = d > abe;
-    dx_top[2 * ow] = (!d_wins && !e_wins && !b_wins) ? grad : T(0);
-    dx_top[2 * ow + 1] = (!d_wins && !e_wins && b_wins) ? grad : T(0);
-    dx_bottom[2 * ow] = (!d_wins && e_wins) ? grad : T(0);
+    const T unless_d = d_wins ? T(0) : grad;         // the gradient if d does not win
+    const T unless_e_or_d = e_wins ? T(0) : unless_d;  // ... and e does not either
+    dx_top[2 * ow] = b_wins ? T(0) : unless_e_or_d;
+    dx_top[2 * ow + 1] = b_wins ? unless_e_or_d : T(0);
+    dx_bottom[2 * ow] = e_wins ? unless_d : T(0);
     dx_bottom[2 * ow + 1] = d_wins ? grad : T(0);
   }
 }
@@ -72,12 +67,30 @@ void MaxPool2x2BackwardRow(const T* __restrict top, const T* __restrict bottom, 
 template <typename T>
 void MaxPool2x2BackwardPlane(const Window3& w, const T* x, const T* dy, T* dx) {
   const int64_t width = w.input[2];
-  const int64_t covered_rows = 2 * w.output[1], covered_columns = 2 * w.output[2];
-  for (int64_t oh = 0; oh < w.output[1]; ++oh) {
-    const T* top = x + 2 * oh * width;
-    T* dx_top = dx + 2 * oh * width;
-    MaxPool2x2BackwardRow(top, top + width, dy + oh * w.output[2], dx_top, dx_top + width, w.output[2]);
-    for (int64_t column = covered_columns; column < width; ++column) dx_top[column] = dx_top[width + column] = T(0);
+  const int64_t outputs = w.output[2];
+  const int64_t covered_rows = 2 * w.output[1], covered_columns = 2 * outputs;
+  if (outputs < k2x2ShortRow) {  // Short rows: packed (see k2x2ShortRow).
+    T top[2 * k2x2PackedWindows], bottom[2 * k2x2PackedWindows];
+    T dx_top[2 * k2x2PackedWindows], dx_bottom[2 * k2x2PackedWindows];
+    const int64_t pairs_per_block = k2x2PackedWindows / outputs;
+    for (int64_t first = 0; first < w.output[1]; first += pairs_per_block) {
+      const int64_t pairs = std::min(pairs_per_block, w.output[1] - first);
+      PackRowPairs(w, x, first, pairs, top, bottom);
+      MaxPool2x2BackwardRow(top, bottom, dy + first * outputs, dx_top, dx_bottom, pairs * outputs);
+      for (int64_t k = 0; k < pairs; ++k) {
+        T* target = dx + 2 * (first + k) * width;
+        std::copy_n(dx_top + k * covered_columns, covered_columns, target);
+        std::copy_n(dx_bottom + k * covered_columns, covered_columns, target + width);
+        for (int64_t column = covered_columns; column < width; ++column) target[column] = target[width + column] = T(0);
+      }
+    }
+  } else {
+    for (int64_t oh = 0; oh < w.output[1]; ++oh) {
+      const T* top = x + 2 * oh * width;
+      T* dx_top = dx + 2 * oh * width;
+      MaxPool2x2BackwardRow(top, top + width, dy + oh * outputs, dx_top, dx_top + width, outputs);
+      for (int64_t column = covered_columns; column < width; ++column) dx_top[column] = dx_top[width + column] = T(0);
+    }
   }
   std::fill(dx + covered_rows * width, dx + w.input[1] * width, T(0));  // Rows no window reaches.
 }

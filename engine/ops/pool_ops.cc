@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/autodiff/gradient_rule.h"
@@ -178,6 +179,46 @@ void PoolReference(PoolKind kind, bool count_include_pad, bool column_major_indi
   });
 }
 
+// MaxPool's 2x2, stride 2 case (IsSimple2x2): one output row from its two input rows, the first maximum of each
+// window with selects (the chain MaxPoolGrad uses to route the gradient, and PoolReference's "strictly greater"),
+// vectorised (stride-2 loads become permutes). oneDNN's plain-layout pooling took twice as long on the small
+// planes of CNNs.
+template <typename T>
+void MaxPool2x2Row(const T* __restrict top, const T* __restrict bottom, T* __restrict y, int64_t outputs) {
+  for (int64_t ow = 0; ow < outputs; ++ow) {
+    const T a = top[2 * ow], b = top[2 * ow + 1], e = bottom[2 * ow], d = bottom[2 * ow + 1];
+    const T ab = b > a ? b : a;
+    const T abe = e > ab ? e : ab;
+    y[ow] = d > abe ? d : abe;
+  }
+}
+
+template <typename T>
+void MaxPool2x2(const Window3& w, int64_t planes, const T* x, T* y, ThreadPool& threads) {
+  const int64_t in_size = w.input_size(), out_size = w.output_size(), outputs = w.output[2];
+  threads.ParallelFor(planes, std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, in_size)),
+                      [&](int64_t begin, int64_t end) {
+                        for (int64_t p = begin; p < end; ++p) {
+                          const T* plane = x + p * in_size;
+                          T* out = y + p * out_size;
+                          if (outputs < k2x2ShortRow) {  // Short rows: packed (see k2x2ShortRow).
+                            T top[2 * k2x2PackedWindows], bottom[2 * k2x2PackedWindows];
+                            const int64_t pairs_per_block = k2x2PackedWindows / outputs;
+                            for (int64_t first = 0; first < w.output[1]; first += pairs_per_block) {
+                              const int64_t pairs = std::min(pairs_per_block, w.output[1] - first);
+                              PackRowPairs(w, plane, first, pairs, top, bottom);
+                              MaxPool2x2Row(top, bottom, out + first * outputs, pairs * outputs);
+                            }
+                          } else {
+                            for (int64_t oh = 0; oh < w.output[1]; ++oh) {
+                              const T* top = plane + 2 * oh * w.input[2];
+                              MaxPool2x2Row(top, top + w.input[2], out + oh * outputs, outputs);
+                            }
+                          }
+                        }
+                      });
+}
+
 // oneDNN's pooling for one input shape; `primitive` unset when oneDNN declined the configuration.
 struct PoolPlan {
   std::optional<dnnl::pooling_v2_forward> primitive;
@@ -218,6 +259,13 @@ class PoolKernel final : public Kernel {
         TRAIND_ASSIGN_OR_RETURN(indices, context.AllocateOutput(1, DataType::kInt64, out_shape));
       }
       if (y->num_elements() == 0) return absl::OkStatus();
+      const Window3 window(geometry);
+      if constexpr (std::is_floating_point_v<T>) {
+        if (kind_ == PoolKind::kMax && !wants_indices && IsSimple2x2(window)) {
+          MaxPool2x2<T>(window, x->dim(0) * x->dim(1), x->data<T>(), y->mutable_data<T>(), context.threads());
+          return absl::OkStatus();
+        }
+      }
       if (!wants_indices) {
         TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<const PoolPlan> plan, DnnlPlan(*x, geometry, out_shape));
         if (plan != nullptr && plan->primitive) {
@@ -227,7 +275,7 @@ class PoolKernel final : public Kernel {
                              context);
         }
       }
-      PoolReference<T>(kind_, attributes_.count_include_pad, attributes_.column_major_indices, Window3(geometry),
+      PoolReference<T>(kind_, attributes_.count_include_pad, attributes_.column_major_indices, window,
                        x->dim(0) * x->dim(1), x->data<T>(), y->mutable_data<T>(),
                        indices == nullptr ? nullptr : indices->mutable_data<int64_t>(), context.threads());
       return absl::OkStatus();

@@ -29,6 +29,45 @@ TEST(MaxPoolTest, IndicesInRowAndColumnMajorOrder) {
       .Run();
 }
 
+// The 2x2, stride 2 case runs its own vectorised kernel (long rows in place, short rows packed); it must pick the
+// same values as the general loop, which runs when Indices are asked for: ties, infinities and NaN included (a NaN
+// wins only as a window's first element, as "strictly greater" decides).
+TEST(MaxPoolTest, TwoByTwoStrideTwoAgreesWithTheGeneralLoop) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float palette[] = {0, 1, 2, 2, nan, -inf, inf, 1};
+  for (const int64_t out_width : {35, 14, 7}) {
+    SCOPED_TRACE(out_width);
+    const int64_t planes = 3, height = 11, width = 2 * out_width + 1, out_height = 5;
+    std::vector<float> x(planes * height * width);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = palette[(i * 7 + i / 5) % 8];
+    std::vector<float> expected;
+    for (int64_t p = 0; p < planes; ++p) {
+      for (int64_t oh = 0; oh < out_height; ++oh) {
+        for (int64_t ow = 0; ow < out_width; ++ow) {
+          const float* top = &x[(p * height + 2 * oh) * width + 2 * ow];
+          float best = top[0];
+          for (const float value : {top[1], top[width], top[width + 1]}) best = value > best ? value : best;
+          expected.push_back(best);
+        }
+      }
+    }
+    for (const bool with_indices : {false, true}) {
+      OpTester max_pool("MaxPool", 12);
+      max_pool.AddAttribute("kernel_shape", std::vector<int64_t>{2, 2})
+          .AddAttribute("strides", std::vector<int64_t>{2, 2})
+          .AddInput<float>("x", {1, planes, height, width}, x);
+      absl::StatusOr<std::vector<Tensor>> outputs =
+          with_indices ? max_pool.AddOutput<float>("y", {1, planes, out_height, out_width}, expected)
+                             .AddOutputShape("indices", DataType::kInt64, {1, planes, out_height, out_width})
+                             .RunRaw()
+                       : max_pool.AddOutput<float>("y", {1, planes, out_height, out_width}, expected).RunRaw();
+      ASSERT_TRUE(outputs.ok()) << outputs.status();
+      testing::ExpectTensorNear(*Tensor::FromVector<float>({1, planes, out_height, out_width}, expected), (*outputs)[0],
+                                0, 0, with_indices ? "general loop" : "2x2 kernel");
+    }
+  }
+}
+
 TEST(MaxPoolTest, CeilModeDilationsAndPads) {
   OpTester("MaxPool", 12)
       .AddAttribute("kernel_shape", std::vector<int64_t>{2})

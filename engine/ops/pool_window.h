@@ -46,6 +46,33 @@ inline void TapRange(int64_t o, int64_t stride, int64_t pad_begin, int64_t kerne
   *last = std::max(std::min(end_tap, kernel), *first);
 }
 
+// The common 2x2, stride 2 pooling with every window inside the input (no padding, no dilation), which MaxPool and
+// MaxPoolGrad run with branch-free vector code over runs of windows (the `*2x2*Row` kernels): the first maximum
+// of a window in row-major order a b / e d, found with selects.
+inline bool IsSimple2x2(const Window3& w) {
+  return w.input[0] == 1 && w.kernel[1] == 2 && w.kernel[2] == 2 && w.strides[1] == 2 && w.strides[2] == 2 &&
+         w.dilations[1] == 1 && w.dilations[2] == 1 && w.pad_begin[1] == 0 && w.pad_begin[2] == 0 &&
+         2 * w.output[1] <= w.input[1] && 2 * w.output[2] <= w.input[2];
+}
+
+// Rows of fewer windows than this (7 or 14 in small CNNs) would run only a row kernel's scalar tail: the 2x2
+// kernels pack the covered columns of up to k2x2PackedWindows windows' row pairs back to back (PackRowPairs; the
+// copies stay in L1) and run the row kernel once over all of them.
+constexpr int64_t k2x2ShortRow = 32;
+constexpr int64_t k2x2PackedWindows = 1024;
+
+// Copies the covered columns (2 * output[2]) of row pairs [first, first + pairs) of a plane `x` into `top` and
+// `bottom`, back to back.
+template <typename T>
+void PackRowPairs(const Window3& w, const T* x, int64_t first, int64_t pairs, T* top, T* bottom) {
+  const int64_t width = w.input[2], covered = 2 * w.output[2];
+  for (int64_t k = 0; k < pairs; ++k) {
+    const T* source = x + 2 * (first + k) * width;
+    std::copy_n(source, covered, top + k * covered);
+    std::copy_n(source + width, covered, bottom + k * covered);
+  }
+}
+
 }  // namespace traind::engine
 
 #endif  // TRAIND_ENGINE_OPS_POOL_WINDOW_H_

@@ -124,6 +124,13 @@ class Kernel {
   virtual ~Kernel() = default;
   // Reads inputs, writes every wanted output. Errors are annotated with the node by the executor.
   virtual absl::Status Compute(KernelContext& context) const = 0;
+
+  // Compile time, once, after constant folding and before the plan is shared: `constants[i]` is input i when it
+  // is one of the plan's constants (immutable and alive as long as the plan), nullptr otherwise. A kernel may
+  // derive data from them now — weights in the layout its math library prefers — and use that data at run time
+  // only when it is handed exactly those tensors (the same buffer). Returns the bytes it keeps, which the plan
+  // counts with its constants. Best effort: a kernel that cannot prepare keeps nothing and runs as usual.
+  virtual int64_t PrepareConstants(const std::vector<const Tensor*>& /*constants*/) { return 0; }
 };
 
 using KernelFactory = absl::StatusOr<std::unique_ptr<Kernel>> (*)(const KernelInit& init);

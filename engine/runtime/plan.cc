@@ -46,8 +46,8 @@ absl::StatusOr<GraphValue> DescribeValue(const onnx::ValueInfoProto& info, int s
 
 class Compiler {
  public:
-  Compiler(const onnx::ModelProto& model, const OpRegistry& registry)
-      : graph_(model.graph()), registry_(registry) {
+  Compiler(const onnx::ModelProto& model, const OpRegistry& registry, const CompileOptions& options)
+      : graph_(model.graph()), registry_(registry), options_(options) {
     for (const auto& opset : model.opset_import()) {
       const std::string domain = opset.domain() == "ai.onnx" ? "" : opset.domain();
       opsets_[domain] = static_cast<int>(opset.version());
@@ -62,6 +62,7 @@ class Compiler {
     for (int index : order) TRAIND_RETURN_IF_ERROR(AddNode(graph_.node(index)));
     TRAIND_RETURN_IF_ERROR(AddOutputs());
     FoldConstants();
+    if (options_.prepare_constants) PrepareConstants();
     PlanReleases();
     PlanDonations();
     EstimateMemory();
@@ -278,6 +279,21 @@ class Compiler {
     plan_->nodes = std::move(kept);
   }
 
+  // Lets each kernel with constant inputs derive what it wants from them (Kernel::PrepareConstants).
+  void PrepareConstants() {
+    std::vector<const Tensor*> constant_of_slot(plan_->slot_names.size(), nullptr);
+    for (const auto& [slot, tensor] : plan_->constants) constant_of_slot[slot] = &tensor;
+    for (PlannedNode& node : plan_->nodes) {
+      std::vector<const Tensor*> constants;
+      bool any = false;
+      for (int slot : node.inputs) {
+        constants.push_back(slot >= 0 ? constant_of_slot[slot] : nullptr);
+        any = any || constants.back() != nullptr;
+      }
+      if (any) prepared_bytes_ = SaturatingAdd(prepared_bytes_, node.kernel->PrepareConstants(constants));
+    }
+  }
+
   // For each slot, find the last node that reads it; graph outputs are never released.
   void PlanReleases() {
     const int num_slots = static_cast<int>(plan_->slot_names.size());
@@ -348,6 +364,7 @@ class Compiler {
     for (const auto& [slot, tensor] : plan_->constants) {
       memory.constant_bytes = SaturatingAdd(memory.constant_bytes, bytes[slot]);
     }
+    memory.constant_bytes = SaturatingAdd(memory.constant_bytes, prepared_bytes_);  // kernels' copies of constants
     std::vector<bool> allocated(bytes.size(), false);
     int64_t live = 0;
     for (const PlannedNode& node : plan_->nodes) {
@@ -385,9 +402,11 @@ class Compiler {
 
   const onnx::GraphProto& graph_;
   const OpRegistry& registry_;
+  const CompileOptions options_;
   absl::flat_hash_map<std::string, int> opsets_;
   absl::flat_hash_map<std::string, int> slot_by_name_;
   Plan* plan_ = nullptr;
+  int64_t prepared_bytes_ = 0;  // What kernels keep of the constants (PrepareConstants).
 };
 
 }  // namespace
@@ -409,7 +428,7 @@ int Plan::OutputIndex(const std::string& name) const {
 absl::StatusOr<std::shared_ptr<const Plan>> Compile(const onnx::ModelProto& model,
                                                     const CompileOptions& options) {
   const OpRegistry& registry = options.registry ? *options.registry : OpRegistry::Global();
-  Compiler compiler(model, registry);
+  Compiler compiler(model, registry, options);
   return compiler.Build();
 }
 

@@ -45,7 +45,7 @@ struct PlannedNode {
 struct PlanMemory {
   int64_t peak_bytes = 0;
   int64_t input_bytes = 0;     // graph inputs, by their declared shapes (unknown dims count as 0)
-  int64_t constant_bytes = 0;  // initializers and folded constants, owned by the plan
+  int64_t constant_bytes = 0;  // initializers and folded constants, owned by the plan, and kernels' copies of them
   int unknown_sizes = 0;
 };
 
@@ -73,6 +73,9 @@ struct Plan {
 
 struct CompileOptions {
   const OpRegistry* registry = nullptr;  // nullptr: OpRegistry::Global().
+  // Kernel::PrepareConstants after constant folding (weights of constant matrices in the math library's layout).
+  // Off only to measure what it brings (eval_bench --noprepare_constants).
+  bool prepare_constants = true;
 };
 
 // Builds a Plan from a model that LoadModel* accepted. Errors: kUnimplemented for ops (or opsets)
