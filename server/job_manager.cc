@@ -410,6 +410,8 @@ absl::StatusOr<v1::Job> JobManager::Submit(const Caller& caller, int64_t tenant_
     settings.origin.artifact_id = spec.artifact_id();
     settings.num_threads = spec.num_threads();
     settings.seed = spec.seed();
+    settings.gpu = spec.executor() == v1::GPU;
+    settings.device_index = spec.device_index();
     if (spec.has_checkpoint_policy()) {
       settings.checkpoint_policy =
           CheckpointPolicy{spec.checkpoint_policy().every_steps(), spec.checkpoint_policy().every_seconds()};
@@ -419,6 +421,15 @@ absl::StatusOr<v1::Job> JobManager::Submit(const Caller& caller, int64_t tenant_
     session_id = created.session_id;
   }
   TRAIND_ASSIGN_OR_RETURN(const SessionInfo session, sessions_->Get(caller, session_id));
+  if (spec.target_case() == v1::JobSpec::kSessionId && spec.executor() != v1::EXECUTOR_UNSPECIFIED) {
+    const bool gpu = spec.executor() == v1::GPU;
+    if (gpu != session.gpu || (gpu && spec.device_index() != session.device_index)) {
+      auto device = [](bool on_gpu, int index) { return on_gpu ? absl::StrCat("gpu:", index) : std::string("cpu"); };
+      return absl::FailedPreconditionError(absl::StrCat(
+          "session '", session_id, "' runs on ", device(session.gpu, session.device_index), ", not ",
+          device(gpu, spec.device_index()), ": a job trains a session where it is (leave executor unset)"));
+    }
+  }
   absl::Status prepared = [&]() -> absl::Status {
     if (!session.has_optimizer) {
       return absl::FailedPreconditionError(absl::StrCat("session '", session_id, "' has no optimizer model"));

@@ -404,29 +404,40 @@ absl::StatusOr<SessionModels> TrainingServiceImpl::ModelsOf(const TenantSpace& s
   return models;
 }
 
+namespace {
+
+// The executor a new session asks for (CreateSession, SubmitJob on an artifact set). Never a silent CPU fallback: a
+// GPU session gets an OpenCL device or NO_GPU.
+grpc::Status CheckExecutor(grpc::ServerContext* context, v1::Executor executor, int32_t device_index) {
+  if (executor != v1::CPU && executor != v1::EXECUTOR_UNSPECIFIED && executor != v1::GPU) {
+    return Fail(context, absl::InvalidArgumentError(absl::StrCat("unknown executor ", executor)));
+  }
+  if (executor != v1::GPU) {
+    if (device_index == 0) return grpc::Status::OK;
+    return Fail(context, absl::InvalidArgumentError("device_index is for the GPU executor only"));
+  }
+  absl::StatusOr<std::vector<engine::gpu::DeviceInfo>> devices = engine::gpu::ListDevices();
+  if (!devices.ok()) {
+    return Fail(context,
+                absl::FailedPreconditionError(absl::StrCat("this daemon has no OpenCL device for the GPU executor: ",
+                                                           devices.status().message())),
+                "NO_GPU");
+  }
+  if (device_index < 0 || device_index >= static_cast<int>(devices->size())) {
+    return Fail(context, absl::InvalidArgumentError(absl::StrCat("device_index ", device_index,
+                                                                 " is not a GPU device of this daemon (it has ",
+                                                                 devices->size(), "; GetServerInfo lists them)")));
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
 grpc::Status TrainingServiceImpl::CreateSession(Context* context, const v1::CreateSessionRequest* request,
                                                 v1::Session* response) {
   TRAIND_AUTHORIZE(call);
-  if (request->executor() == v1::GPU) {
-    // Never a silent CPU fallback: a GPU session gets a GPU or an error.
-    absl::StatusOr<std::vector<engine::gpu::DeviceInfo>> devices = engine::gpu::ListDevices();
-    if (!devices.ok()) {
-      return Fail(context,
-                  absl::FailedPreconditionError(absl::StrCat("this daemon has no OpenCL device for the GPU executor: ",
-                                                             devices.status().message())),
-                  "NO_GPU");
-    }
-    if (request->device_index() < 0 || request->device_index() >= static_cast<int>(devices->size())) {
-      return Fail(context, absl::InvalidArgumentError(absl::StrCat(
-                               "device_index ", request->device_index(), " is not a GPU device of this daemon (it has ",
-                               devices->size(), "; GetServerInfo lists them)")));
-    }
-  } else if (request->device_index() != 0) {
-    return Fail(context, absl::InvalidArgumentError("device_index is for the GPU executor only"));
-  }
-  if (request->executor() != v1::CPU && request->executor() != v1::EXECUTOR_UNSPECIFIED &&
-      request->executor() != v1::GPU) {
-    return Fail(context, absl::InvalidArgumentError(absl::StrCat("unknown executor ", request->executor())));
+  if (grpc::Status executor = CheckExecutor(context, request->executor(), request->device_index()); !executor.ok()) {
+    return executor;
   }
   if (request->display_name().size() > kMaxDisplayNameLength) {
     return Fail(context, absl::InvalidArgumentError(
@@ -871,6 +882,11 @@ grpc::Status TrainingServiceImpl::ExportForInference(Context* context, const v1:
 
 grpc::Status TrainingServiceImpl::SubmitJob(Context* context, const v1::JobSpec* request, v1::Job* response) {
   TRAIND_AUTHORIZE(call);
+  if (request->target_case() == v1::JobSpec::kArtifactId) {
+    if (grpc::Status executor = CheckExecutor(context, request->executor(), request->device_index()); !executor.ok()) {
+      return executor;
+    }
+  }
   absl::StatusOr<v1::Job> job = jobs_->Submit(call.caller, call.tenant.quotas.max_concurrent_jobs, *request);
   if (!job.ok()) return Fail(context, job.status());
   *response = *std::move(job);

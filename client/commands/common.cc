@@ -6,9 +6,11 @@
 #include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "client/errors.h"
 #include "client/output.h"
 #include "client/progress.h"
@@ -96,6 +98,25 @@ std::vector<FlagSpec> CheckpointPolicyFlags() {
       {"checkpoint-every-steps", "N", "checkpoint into the daemon's state every N optimizer steps"},
       {"checkpoint-every-seconds", "S", "checkpoint when S seconds have passed since the last one"},
   };
+}
+
+FlagSpec DeviceFlag() {
+  return {"device", "cpu|gpu[:N]", "executor: cpu (default) or the GPU executor on OpenCL device N"};
+}
+
+Device DeviceFromFlags(const FlagValues& flags) {
+  const std::string value = flags.String("device", "cpu");
+  Device device;
+  if (value == "cpu") return device;
+  absl::string_view rest = value;
+  if (absl::ConsumePrefix(&rest, "gpu") &&
+      (rest.empty() ||
+       (absl::ConsumePrefix(&rest, ":") && absl::SimpleAtoi(rest, &device.index) && device.index >= 0))) {
+    device.executor = v1::GPU;
+    return device;
+  }
+  flags.AddError(absl::StrCat("--device '", value, "' is not cpu, gpu or gpu:N"));
+  return Device{};
 }
 
 bool CheckpointPolicyFromFlags(const FlagValues& flags, v1::CheckpointPolicy* policy) {

@@ -29,6 +29,15 @@ std::vector<FlagSpec> SchedulerFlags();
 // Leaves `spec` empty when --scheduler is absent; records usage errors in `flags`.
 void SchedulerFromFlags(const FlagValues& flags, v1::SchedulerSpec* spec);
 
+// --device cpu|gpu|gpu:N: where a new session trains.
+FlagSpec DeviceFlag();
+struct Device {
+  v1::Executor executor = v1::CPU;
+  int32_t index = 0;
+};
+// cpu without the flag; a malformed value is recorded in `flags`.
+Device DeviceFromFlags(const FlagValues& flags);
+
 // --checkpoint-every-steps / --checkpoint-every-seconds.
 std::vector<FlagSpec> CheckpointPolicyFlags();
 // Whether either flag was given; fills `policy`.

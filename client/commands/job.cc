@@ -145,8 +145,13 @@ absl::Status RunSubmit(CommandContext& context) {
   spec.set_display_name(flags.String("name"));
   if (auto threads = flags.Int("threads", 0, 4096)) spec.set_num_threads(static_cast<int32_t>(*threads));
   if (auto seed = flags.Uint64("seed")) spec.set_seed(*seed);
-  if (flags.Has("session") && (flags.Has("threads") || flags.Has("seed"))) {
-    flags.AddError("--threads and --seed apply to a job on a new session (--artifact)");
+  if (flags.Has("device")) {
+    const Device device = DeviceFromFlags(flags);
+    spec.set_executor(device.executor);
+    spec.set_device_index(device.index);
+  }
+  if (flags.Has("session") && (flags.Has("threads") || flags.Has("seed") || flags.Has("device"))) {
+    flags.AddError("--threads, --seed and --device apply to a job on a new session (--artifact)");
   }
   const bool eval_split = flags.Has("eval-fraction");
   if (eval_split) {
@@ -226,7 +231,8 @@ std::vector<CommandSpec> JobCommands() {
       "  trainctl job submit --artifact 3f2a... --data digits.npz --epochs 5 --batch-size 32 --eval-fraction 0.1 \\\n"
       "      --accuracy --shuffle-seed 1 --watch\n"
       "  trainctl job submit --session s1 --data-input input=x.npy --data-input target=y.npy --batch-size 64\n"
-      "  trainctl job submit --artifact 3f2a... --data-path sensors/today.npz --epochs 1 --batch-size 16\n",
+      "  trainctl job submit --artifact 3f2a... --data-path sensors/today.npz --epochs 1 --batch-size 16\n"
+      "  trainctl job submit --artifact 3f2a... --data digits.npz --batch-size 32 --device gpu:0\n",
       Flags({{{"artifact", "ID", "train a new session made from this artifact set"},
               {"session", "ID", "train this existing session (busy until the job ends)"}},
              DatasetFlags(kTrainData, "training data"),
@@ -244,6 +250,7 @@ std::vector<CommandSpec> JobCommands() {
               {"name", "TEXT", "display name"},
               {"threads", "N", "--artifact: intra-op threads of the new session"},
               {"seed", "N", "--artifact: seed of the new session"},
+              DeviceFlag(),
               {"watch", "", "follow the job until it ends (as 'job watch')"}},
              SchedulerFlags(),
              CheckpointPolicyFlags()}),

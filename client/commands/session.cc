@@ -69,24 +69,6 @@ absl::Status UploadArtifactDirectory(CommandContext& context, const std::string&
   return absl::OkStatus();
 }
 
-// "cpu", "gpu", "gpu:1".
-void DeviceFromFlags(const FlagValues& flags, v1::CreateSessionRequest* request) {
-  const std::string device = flags.String("device", "cpu");
-  if (device == "cpu") {
-    request->set_executor(v1::CPU);
-    return;
-  }
-  absl::string_view rest = device;
-  int32_t index = 0;
-  if (absl::ConsumePrefix(&rest, "gpu") &&
-      (rest.empty() || (absl::ConsumePrefix(&rest, ":") && absl::SimpleAtoi(rest, &index) && index >= 0))) {
-    request->set_executor(v1::GPU);
-    request->set_device_index(index);
-    return;
-  }
-  flags.AddError(absl::StrCat("--device '", device, "' is not cpu, gpu or gpu:N"));
-}
-
 absl::Status RunCreate(CommandContext& context) {
   const FlagValues& flags = context.flags();
   v1::CreateSessionRequest request;
@@ -95,7 +77,9 @@ absl::Status RunCreate(CommandContext& context) {
     return UsageError("give at most one of --checkpoint and --checkpoint-file");
   }
   if (flags.Has("prefix") && !flags.Has("artifact-dir")) return UsageError("--prefix needs --artifact-dir");
-  DeviceFromFlags(flags, &request);
+  const Device device = DeviceFromFlags(flags);
+  request.set_executor(device.executor);
+  request.set_device_index(device.index);
   if (auto threads = flags.Int("threads", 0, 4096)) request.set_num_threads(static_cast<int32_t>(*threads));
   if (auto seed = flags.Uint64("seed")) request.set_seed(*seed);
   request.set_display_name(flags.String("name"));
@@ -227,7 +211,7 @@ std::vector<CommandSpec> SessionCommands() {
               {"prefix", "P", "--artifact-dir: the files' name prefix (default: found from *training_model.onnx)"},
               {"checkpoint", "NAME", "start from this checkpoint saved on the daemon"},
               {"checkpoint-file", "FILE", "start from this local checkpoint file (uploaded by digest)"},
-              {"device", "cpu|gpu[:N]", "executor: cpu (default) or the GPU executor on device N"},
+              DeviceFlag(),
               {"threads", "N", "intra-op threads (0: the daemon's default)"},
               {"seed", "N", "seed for dropout (0 picks one)"},
               {"name", "TEXT", "display name shown in listings"}},

@@ -271,41 +271,96 @@ absl::StatusOr<cl_program> Device::Program(absl::string_view file_name) {
   return *program;
 }
 
+namespace {
+
+std::string CachePath(const std::string& key) {
+  const std::string cache_dir = GetRuntimeOptions().program_cache_dir;
+  return cache_dir.empty() ? "" : absl::StrCat(cache_dir, "/", key, ".bin");
+}
+
+// A cached binary: "<format>\n<sha256 of the binary>\n<binary>". nullopt when absent; a damaged file is removed.
+std::optional<std::string> ReadBinaryFile(const std::string& path, bool* damaged) {
+  *damaged = false;
+  absl::StatusOr<std::string> file = ReadFileLimited(path, kMaxCachedBinaryBytes);
+  if (!file.ok()) return std::nullopt;
+  const std::string header = absl::StrCat(kCacheFormat, "\n");
+  const size_t digest_end = file->find('\n', header.size());
+  if (absl::StartsWith(*file, header) && digest_end != std::string::npos) {
+    const absl::string_view binary = absl::string_view(*file).substr(digest_end + 1);
+    if (Sha256Hex(binary) == absl::string_view(*file).substr(header.size(), digest_end - header.size())) {
+      return std::string(binary);
+    }
+  }
+  *damaged = true;
+  std::error_code ignored;
+  std::filesystem::remove(path, ignored);
+  return std::nullopt;
+}
+
+void WriteBinaryFile(const std::string& path, absl::string_view binary) {
+  if (path.empty() || binary.empty() || static_cast<int64_t>(binary.size()) > kMaxCachedBinaryBytes) return;
+  std::error_code error;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), error);
+  WriteFileAtomically(path, absl::StrCat(kCacheFormat, "\n", Sha256Hex(binary), "\n", binary)).IgnoreError();
+}
+
+}  // namespace
+
+std::optional<std::string> Device::ReadCachedBinary(const std::string& key) {
+  const std::string path = CachePath(key);
+  if (path.empty()) return std::nullopt;
+  bool damaged = false;
+  std::optional<std::string> binary = ReadBinaryFile(path, &damaged);
+  if (damaged) CountRejectedBinary();
+  return binary;
+}
+
+void Device::WriteCachedBinary(const std::string& key, absl::string_view binary) {
+  WriteBinaryFile(CachePath(key), binary);
+}
+
+void Device::RemoveCachedBinary(const std::string& key) {
+  const std::string path = CachePath(key);
+  if (path.empty()) return;
+  std::error_code ignored;
+  std::filesystem::remove(path, ignored);
+}
+
+void Device::CountProgram(bool from_cache) {
+  std::lock_guard<std::mutex> lock(programs_mutex_);
+  ++(from_cache ? stats_.loaded_binaries : stats_.compiled);
+}
+
+void Device::CountRejectedBinary() {
+  std::lock_guard<std::mutex> lock(programs_mutex_);
+  ++stats_.rejected_binaries;
+}
+
 absl::StatusOr<cl_program> Device::Build(absl::string_view file_name, absl::string_view source) {
   const std::string options = BuildOptions();
-  const std::string cache_dir = GetRuntimeOptions().program_cache_dir;
-  const std::string cache_path =
-      cache_dir.empty() ? "" : absl::StrCat(cache_dir, "/", ProgramCacheKey(source, options), ".bin");
+  const std::string cache_path = CachePath(ProgramCacheKey(source, options));
   cl_int code = CL_SUCCESS;
 
-  // A cached binary: "<format>\n<sha256 of the binary>\n<binary>". Anything wrong with it -> build from source.
+  // Anything wrong with a cached binary -> build from source.
   if (!cache_path.empty()) {
-    absl::StatusOr<std::string> file = ReadFileLimited(cache_path, kMaxCachedBinaryBytes);
-    if (file.ok()) {
-      const std::string header = absl::StrCat(kCacheFormat, "\n");
-      const size_t digest_end = file->find('\n', header.size());
-      bool usable = absl::StartsWith(*file, header) && digest_end != std::string::npos;
-      absl::string_view binary;
-      if (usable) {
-        binary = absl::string_view(*file).substr(digest_end + 1);
-        usable = Sha256Hex(binary) == absl::string_view(*file).substr(header.size(), digest_end - header.size());
+    bool damaged = false;
+    const std::optional<std::string> binary = ReadBinaryFile(cache_path, &damaged);
+    if (binary.has_value()) {
+      const size_t size = binary->size();
+      const auto* bytes = reinterpret_cast<const unsigned char*>(binary->data());
+      cl_int binary_status = CL_SUCCESS;
+      cl_program program = clCreateProgramWithBinary(context_, 1, &id_, &size, &bytes, &binary_status, &code);
+      if (code == CL_SUCCESS && binary_status == CL_SUCCESS &&
+          clBuildProgram(program, 1, &id_, options.c_str(), nullptr, nullptr) == CL_SUCCESS) {
+        ++stats_.loaded_binaries;
+        return program;
       }
-      if (usable) {
-        const size_t size = binary.size();
-        const auto* bytes = reinterpret_cast<const unsigned char*>(binary.data());
-        cl_int binary_status = CL_SUCCESS;
-        cl_program program = clCreateProgramWithBinary(context_, 1, &id_, &size, &bytes, &binary_status, &code);
-        if (code == CL_SUCCESS && binary_status == CL_SUCCESS &&
-            clBuildProgram(program, 1, &id_, options.c_str(), nullptr, nullptr) == CL_SUCCESS) {
-          ++stats_.loaded_binaries;
-          return program;
-        }
-        if (program != nullptr) clReleaseProgram(program);
-      }
-      ++stats_.rejected_binaries;
+      if (program != nullptr) clReleaseProgram(program);
+      damaged = true;
       std::error_code ignored;
       std::filesystem::remove(cache_path, ignored);
     }
+    if (damaged) ++stats_.rejected_binaries;
   }
 
   const char* text = source.data();
@@ -332,11 +387,7 @@ absl::StatusOr<cl_program> Device::Build(absl::string_view file_name, absl::stri
       std::string binary(binary_size, '\0');
       unsigned char* pointer = reinterpret_cast<unsigned char*>(binary.data());
       if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof(pointer), &pointer, nullptr) == CL_SUCCESS) {
-        std::error_code error;
-        std::filesystem::create_directories(cache_dir, error);
-        // A cache that cannot be written costs a compile at the next start, nothing else.
-        WriteFileAtomically(cache_path, absl::StrCat(kCacheFormat, "\n", Sha256Hex(binary), "\n", binary))
-            .IgnoreError();
+        WriteBinaryFile(cache_path, binary);
       }
     }
   }

@@ -96,6 +96,16 @@ class Device {
   // The key a program's binary is cached under: SHA-256 of the format version, source, options, platform, device
   // and driver.
   std::string ProgramCacheKey(absl::string_view source, absl::string_view options) const;
+  // The disk cache (RuntimeOptions::program_cache_dir) for programs built by others (CLBlast's, blas.cc): the binary
+  // kept under `key`, if the cache holds an intact one (a damaged file is removed and counted as rejected); and
+  // keeping one, atomically (a cache that cannot be written costs a compile at the next start, nothing else).
+  std::optional<std::string> ReadCachedBinary(const std::string& key);
+  void WriteCachedBinary(const std::string& key, absl::string_view binary);
+  void RemoveCachedBinary(const std::string& key);
+  // Counts such a program in program_cache_stats(): built from source, built from a cached binary, or a cached binary
+  // the driver refused.
+  void CountProgram(bool from_cache);
+  void CountRejectedBinary();
 
   // Device memory accounting: every allocation of the GPU executor reserves its bytes first. ResourceExhausted,
   // naming the device and the amounts, beyond the limit (RuntimeOptions::memory_limit_bytes, else the device's

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
+#include "engine/gpu/blas.h"
 #include "engine/gpu/gpu_testing.h"
 #include "engine/io/file_util.h"
 #include "engine/model/model_loader.h"
@@ -83,6 +85,79 @@ TEST(DeviceTest, ProgramsAreCachedOnDiskUnderAKeyOfSourceOptionsDeviceAndDriver)
   EXPECT_EQ(device->program_cache_stats().loaded_binaries, before.loaded_binaries + 1);
 
   EXPECT_FALSE(device->Program("no_such_file.cl").ok());
+  options.program_cache_dir = "";
+  SetRuntimeOptions(options);
+}
+
+// C = A B on the device with CLBlast's GEMM (blas.h), against the product computed here.
+void ExpectGemmRight(Stream& stream) {
+  const int64_t m = 3, n = 2, k = 4;
+  Tensor a = *Tensor::FromVector<float>({m, k}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  Tensor b = *Tensor::FromVector<float>({k, n}, {1, -1, 2, -2, 0.5f, 3, -4, 0.25f});
+  auto c = stream.AllocateTensor(DataType::kFloat32, {m, n});
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto a_mem = stream.MakeDeviceCurrent(a);
+  auto b_mem = stream.MakeDeviceCurrent(b);
+  ASSERT_TRUE(a_mem.ok() && b_mem.ok());
+  ASSERT_TRUE(Gemm(stream, m, n, k, 1.0f, Matrix{*a_mem, 0, k, false, 0}, Matrix{*b_mem, 0, n, false, 0}, 0.0f,
+                   Matrix{stream.MemOf(*c), 0, n, false, 0})
+                  .ok());
+  ASSERT_TRUE(stream.MakeHostCurrent(*c).ok());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      float expected = 0;
+      for (int64_t p = 0; p < k; ++p) expected += a.data<float>()[i * k + p] * b.data<float>()[p * n + j];
+      EXPECT_FLOAT_EQ(c->data<float>()[i * n + j], expected) << i << "," << j;
+    }
+  }
+}
+
+// CLBlast's programs go through the same cache (blas.cc): a process's first GEMM compiles CLBlast's program and keeps
+// the binary; after CLBlast forgets its programs (as a new process has none), the next GEMM gets the binary from the
+// cache instead of compiling; a binary the driver refuses (here: an intact file holding no program) is dropped and
+// compiled again, the GEMM still right.
+TEST(DeviceTest, ClBlastProgramsGoThroughTheProgramCache) {
+  TRAIND_REQUIRE_GPU();
+  ASSERT_TRUE(ClBlastProgramsCached()) << "this libclblast does not export the cache functions blas.cc uses";
+  std::shared_ptr<Device> device = testing::TestDevice();
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/clblast-cache";
+  RuntimeOptions options = GetRuntimeOptions();
+  options.program_cache_dir = dir;
+  SetRuntimeOptions(options);
+  auto stream = Stream::Create(device, StreamOptions{});
+  ASSERT_TRUE(stream.ok()) << stream.status();
+
+  ForgetClBlastPrograms();
+  ProgramCacheStats before = device->program_cache_stats();
+  ExpectGemmRight(**stream);
+  EXPECT_EQ(device->program_cache_stats().compiled, before.compiled + 1);
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) files.push_back(entry.path());
+  ASSERT_EQ(files.size(), 1u);
+
+  ForgetClBlastPrograms();
+  before = device->program_cache_stats();
+  ExpectGemmRight(**stream);
+  EXPECT_EQ(device->program_cache_stats().loaded_binaries, before.loaded_binaries + 1);
+  EXPECT_EQ(device->program_cache_stats().compiled, before.compiled);
+
+  // The same format line and a correct digest, but not a program: the driver refuses it.
+  absl::StatusOr<std::string> file = ReadFileLimited(files[0].string(), int64_t{1} << 30);
+  ASSERT_TRUE(file.ok());
+  const std::string garbage = "not a program";
+  ASSERT_TRUE(WriteFileAtomically(files[0].string(), absl::StrCat(file->substr(0, file->find('\n')), "\n",
+                                                                  Sha256Hex(garbage), "\n", garbage))
+                  .ok());
+  ForgetClBlastPrograms();
+  before = device->program_cache_stats();
+  ExpectGemmRight(**stream);
+  EXPECT_EQ(device->program_cache_stats().rejected_binaries, before.rejected_binaries + 1);
+  EXPECT_EQ(device->program_cache_stats().compiled, before.compiled + 1);
+  ForgetClBlastPrograms();
+  before = device->program_cache_stats();
+  ExpectGemmRight(**stream);
+  EXPECT_EQ(device->program_cache_stats().loaded_binaries, before.loaded_binaries + 1);
+
   options.program_cache_dir = "";
   SetRuntimeOptions(options);
 }

@@ -7,10 +7,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-// pocl (OpenCL on the CPU) keeps objects of its LLVM compiler for the life of the process; LeakSanitizer would
-// report them when a test compiles kernels. They are pocl's, not traind's.
-extern "C" const char* __lsan_default_suppressions() { return "leak:libpocl.so\nleak:libLLVM\nleak:libclang\n"; }
-
 namespace traind::engine::gpu::testing {
 namespace {
 

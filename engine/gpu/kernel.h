@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "engine/core/tensor.h"
 #include "engine/gpu/device.h"
 #include "engine/gpu/opencl.h"
@@ -124,6 +125,8 @@ class GpuKernelContext {
   // Current on the device (or, for the kernel's host inputs, on the host); nullptr for an omitted optional input.
   const Tensor* input(int i) const { return i < num_inputs_ ? inputs_[i] : nullptr; }
   absl::StatusOr<const Tensor*> RequiredInput(int i) const;
+  // Every input, omitted ones as nullptr.
+  absl::Span<const Tensor* const> inputs() const { return absl::MakeConstSpan(inputs_, num_inputs_); }
   // The device memory of an input or output.
   cl_mem mem(const Tensor& tensor) const { return stream_.MemOf(tensor); }
 

@@ -3,6 +3,8 @@
 //   accumulated = reset ? gradient : buffer + gradient
 // With reset set the buffer is not read (it may hold anything, e.g. the previous step's gradient), and the output
 // aliases the gradient (kernels never write their inputs, so aliasing is safe).
+#include "engine/ops/accumulate_gradient.h"
+
 #include "absl/strings/str_cat.h"
 #include "engine/core/shape.h"
 #include "engine/core/status_macros.h"
@@ -10,6 +12,29 @@
 #include "engine/runtime/kernel.h"
 
 namespace traind::engine {
+
+absl::Status CheckAccumulateGradientNode(const KernelInit& init) {
+  if (init.num_inputs() != 3 || !init.has_input(0) || !init.has_input(1) || !init.has_input(2)) {
+    return init.Error("expects inputs buffer, gradient, reset");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAccumulateGradientInputs(const Tensor& buffer, const Tensor& gradient, const Tensor& reset) {
+  if (reset.dtype() != DataType::kBool || reset.num_elements() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("AccumulateGradient: reset must be a bool scalar; got ",
+                                                   DataTypeName(reset.dtype()), " of shape ",
+                                                   ShapeToString(reset.shape())));
+  }
+  if (buffer.dtype() != gradient.dtype() || buffer.shape() != gradient.shape()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AccumulateGradient: the buffer (", DataTypeName(buffer.dtype()), " ",
+                     ShapeToString(buffer.shape()), ") must have the gradient's type and shape (",
+                     DataTypeName(gradient.dtype()), " ", ShapeToString(gradient.shape()), ")"));
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 class AccumulateGradientKernel final : public Kernel {
@@ -18,17 +43,7 @@ class AccumulateGradientKernel final : public Kernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* buffer, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* gradient, context.RequiredInput(1));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* reset, context.RequiredInput(2));
-    if (reset->dtype() != DataType::kBool || reset->num_elements() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("AccumulateGradient: reset must be a bool scalar; got ",
-                                                     DataTypeName(reset->dtype()), " of shape ",
-                                                     ShapeToString(reset->shape())));
-    }
-    if (buffer->dtype() != gradient->dtype() || buffer->shape() != gradient->shape()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("AccumulateGradient: the buffer (", DataTypeName(buffer->dtype()), " ",
-                       ShapeToString(buffer->shape()), ") must have the gradient's type and shape (",
-                       DataTypeName(gradient->dtype()), " ", ShapeToString(gradient->shape()), ")"));
-    }
+    TRAIND_RETURN_IF_ERROR(CheckAccumulateGradientInputs(*buffer, *gradient, *reset));
     if (*reset->data<uint8_t>() != 0) {
       context.SetOutput(0, *gradient);
       return absl::OkStatus();
@@ -51,9 +66,7 @@ class AccumulateGradientKernel final : public Kernel {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateAccumulateGradientKernel(const KernelInit& init) {
-  if (init.num_inputs() != 3 || !init.has_input(0) || !init.has_input(1) || !init.has_input(2)) {
-    return init.Error("expects inputs buffer, gradient, reset");
-  }
+  TRAIND_RETURN_IF_ERROR(CheckAccumulateGradientNode(init));
   return std::unique_ptr<Kernel>(new AccumulateGradientKernel());
 }
 

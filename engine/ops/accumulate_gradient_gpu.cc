@@ -1,6 +1,6 @@
 // GPU kernel of AccumulateGradient: reset ? gradient (forwarded, no copy) : buffer + gradient. The reset flag is read
-// on the host, so the gradient accumulators never leave the device.
-#include "absl/strings/str_cat.h"
+// on the host, so the gradient accumulators never leave the device. The contract is accumulate_gradient.h's.
+#include "engine/ops/accumulate_gradient.h"
 #include "engine/ops/gpu_util.h"
 
 namespace traind::engine::gpu {
@@ -15,15 +15,7 @@ class AccumulateGradientGpuKernel final : public GpuKernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* buffer, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* gradient, context.RequiredInput(1));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* reset, context.RequiredInput(2));
-    if (reset->dtype() != DataType::kBool || reset->num_elements() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("AccumulateGradient: reset must be a bool scalar; got ",
-                                                     reset->DebugString()));
-    }
-    if (buffer->dtype() != gradient->dtype() || buffer->shape() != gradient->shape()) {
-      return absl::InvalidArgumentError(absl::StrCat("AccumulateGradient: the buffer (", buffer->DebugString(),
-                                                     ") must have the gradient's type and shape (",
-                                                     gradient->DebugString(), ")"));
-    }
+    TRAIND_RETURN_IF_ERROR(CheckAccumulateGradientInputs(*buffer, *gradient, *reset));
     if (*reset->data<uint8_t>() != 0) {
       context.SetOutput(0, *gradient);
       return absl::OkStatus();
@@ -40,7 +32,7 @@ class AccumulateGradientGpuKernel final : public GpuKernel {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> CreateAccumulateGradientGpuKernel(const GpuKernelInit& init) {
-  if (init.num_inputs() != 3) return init.Error("expects inputs buffer, gradient, reset");
+  TRAIND_RETURN_IF_ERROR(CheckAccumulateGradientNode(init));
   TRAIND_RETURN_IF_ERROR(RequireFloat32(init, {0, 1}));
   TRAIND_ASSIGN_OR_RETURN(ClKernel kernel, init.Kernel("accumulate_gradient.cl", "accumulate_f32"));
   return MakeGpuKernel<AccumulateGradientGpuKernel>(std::move(kernel));

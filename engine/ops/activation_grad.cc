@@ -2,6 +2,8 @@
 // a temporary per step:
 //   ReluGrad(dY, X) -> dX = dY where X > 0, else 0        (was Greater -> Cast -> Mul)
 //   ErfGrad(dY, X)  -> dX = dY * 2/sqrt(pi) * exp(-X^2)   (was Mul -> Neg -> Exp -> Mul -> Mul; GELU's backward)
+#include "engine/ops/activation_grad.h"
+
 #include <cmath>
 #include <memory>
 #include <type_traits>
@@ -13,6 +15,14 @@
 #include "engine/runtime/kernel.h"
 
 namespace traind::engine {
+
+absl::Status CheckActivationGradInputs(const char* op, const Tensor& dy, const Tensor& x) {
+  if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": dY ", dy.DebugString(), " must match X ", x.DebugString()));
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 // Both operands are read unconditionally so that the loop vectorises (a select, no branch).
@@ -45,10 +55,7 @@ class ElementwiseGradKernel final : public Kernel {
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
-    if (dy->shape() != x->shape() || dy->dtype() != x->dtype()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name_, ": dY ", dy->DebugString(), " must match X ", x->DebugString()));
-    }
+    TRAIND_RETURN_IF_ERROR(CheckActivationGradInputs(name_, *dy, *x));
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), name_, [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
       TRAIND_ASSIGN_OR_RETURN(Tensor * dx, context.AllocateOutput(0, x->dtype(), x->shape()));
@@ -77,10 +84,7 @@ class ReluGradKernel final : public Kernel {
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
-    if (dy->shape() != x->shape() || dy->dtype() != x->dtype()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ReluGrad: dY ", dy->DebugString(), " must match X ", x->DebugString()));
-    }
+    TRAIND_RETURN_IF_ERROR(CheckActivationGradInputs("ReluGrad", *dy, *x));
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "ReluGrad", [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
       TRAIND_ASSIGN_OR_RETURN(Tensor * dx, context.AllocateOutput(0, x->dtype(), x->shape()));

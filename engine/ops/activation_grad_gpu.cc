@@ -1,5 +1,5 @@
-// GPU kernels of ReluGrad and ErfGrad (activation_grad.cl), float32.
-#include "absl/strings/str_cat.h"
+// GPU kernels of ReluGrad and ErfGrad (activation_grad.cl), float32; their contract is activation_grad.h's.
+#include "engine/ops/activation_grad.h"
 #include "engine/ops/gpu_util.h"
 
 namespace traind::engine::gpu {
@@ -12,10 +12,7 @@ class ElementwiseGradGpuKernel final : public GpuKernel {
   absl::Status Compute(GpuKernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
-    if (dy->shape() != x->shape() || dy->dtype() != x->dtype()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name_, ": dY ", dy->DebugString(), " must match X ", x->DebugString()));
-    }
+    TRAIND_RETURN_IF_ERROR(CheckActivationGradInputs(name_, *dy, *x));
     TRAIND_ASSIGN_OR_RETURN(Tensor * dx, context.AllocateOutput(0, x->dtype(), x->shape()));
     const int64_t n = x->num_elements();
     return kernel_.Launch1D(context, n, context.mem(*dy), context.mem(*x), context.mem(*dx), n);

@@ -1,11 +1,29 @@
 // Clip (bounds from attributes before opset 11, from optional scalar inputs since) and Where
 // (three-way broadcasting select).
+#include "engine/ops/clip_where.h"
+
 #include <limits>
 
 #include "engine/autodiff/gradient_rule.h"
 #include "engine/ops/elementwise.h"
 
 namespace traind::engine {
+
+absl::StatusOr<Shape> CheckWhereInputs(const Tensor& condition, const Tensor& x, const Tensor& y) {
+  if (condition.dtype() != DataType::kBool || x.dtype() != y.dtype()) {
+    return absl::InvalidArgumentError("Where: condition must be bool and X, Y one dtype");
+  }
+  const Shape* shapes[] = {&condition.shape(), &x.shape(), &y.shape()};
+  return BroadcastShapes(shapes);
+}
+
+absl::Status CheckClipBound(const Tensor* bound, const Tensor& x) {
+  if (bound != nullptr && (bound->dtype() != x.dtype() || bound->num_elements() != 1)) {
+    return absl::InvalidArgumentError("Clip: min/max must be one-element tensors of X's dtype");
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 class ClipKernel final : public Kernel {
@@ -21,8 +39,8 @@ class ClipKernel final : public Kernel {
       T low = std::numeric_limits<T>::lowest();
       T high = std::numeric_limits<T>::max();
       if (bounds_are_inputs_) {
-        TRAIND_RETURN_IF_ERROR(ReadBound<T>(context.input(1), x->dtype(), &low));
-        TRAIND_RETURN_IF_ERROR(ReadBound<T>(context.input(2), x->dtype(), &high));
+        TRAIND_RETURN_IF_ERROR(ReadBound<T>(context.input(1), *x, &low));
+        TRAIND_RETURN_IF_ERROR(ReadBound<T>(context.input(2), *x, &high));
       } else {
         if constexpr (std::is_floating_point_v<T>) {
           low = static_cast<T>(attr_min_);
@@ -46,12 +64,9 @@ class ClipKernel final : public Kernel {
 
  private:
   template <typename T>
-  static absl::Status ReadBound(const Tensor* bound, DataType dtype, T* value) {
-    if (bound == nullptr) return absl::OkStatus();  // Omitted: keep the type's limit.
-    if (bound->dtype() != dtype || bound->num_elements() != 1) {
-      return absl::InvalidArgumentError("Clip: min/max must be one-element tensors of X's dtype");
-    }
-    *value = *bound->data<T>();
+  static absl::Status ReadBound(const Tensor* bound, const Tensor& x, T* value) {
+    TRAIND_RETURN_IF_ERROR(CheckClipBound(bound, x));
+    if (bound != nullptr) *value = *bound->data<T>();  // Omitted: keep the type's limit.
     return absl::OkStatus();
   }
 
@@ -68,9 +83,7 @@ class WhereKernel final : public Kernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* condition, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* y, context.RequiredInput(2));
-    if (condition->dtype() != DataType::kBool || x->dtype() != y->dtype()) {
-      return absl::InvalidArgumentError("Where: condition must be bool and X, Y one dtype");
-    }
+    TRAIND_RETURN_IF_ERROR(CheckWhereInputs(*condition, *x, *y).status());
     const Shape* shapes[] = {&condition->shape(), &x->shape(), &y->shape()};
     TRAIND_ASSIGN_OR_RETURN(BroadcastPlan plan, BroadcastPlan::Make(shapes));
     TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(0, x->dtype(), plan.output_shape()));

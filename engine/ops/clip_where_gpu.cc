@@ -1,7 +1,7 @@
-// GPU kernels of Where and Clip (clip_where.cl), float32 values.
+// GPU kernels of Where and Clip (clip_where.cl), float32 values; their contract is clip_where.h's.
 #include <limits>
 
-#include "absl/strings/str_cat.h"
+#include "engine/ops/clip_where.h"
 #include "engine/ops/gpu_util.h"
 
 namespace traind::engine::gpu {
@@ -15,11 +15,7 @@ class WhereGpuKernel final : public GpuKernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* condition, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* y, context.RequiredInput(2));
-    if (condition->dtype() != DataType::kBool || x->dtype() != y->dtype()) {
-      return absl::InvalidArgumentError("Where: condition must be bool and X, Y one dtype");
-    }
-    const Shape* shapes[] = {&condition->shape(), &x->shape(), &y->shape()};
-    TRAIND_ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(shapes));
+    TRAIND_ASSIGN_OR_RETURN(Shape shape, CheckWhereInputs(*condition, *x, *y));
     TRAIND_ASSIGN_OR_RETURN(BroadcastLayout layout,
                             MakeBroadcastLayout(shape, {condition->shape(), x->shape(), y->shape()}));
     TRAIND_ASSIGN_OR_RETURN(Tensor * output, context.AllocateOutput(0, x->dtype(), std::move(shape)));
@@ -43,11 +39,8 @@ class ClipGpuKernel final : public GpuKernel {
     float low = std::numeric_limits<float>::lowest(), high = std::numeric_limits<float>::max();
     for (int i : {1, 2}) {
       const Tensor* bound = context.input(i);
-      if (bound == nullptr) continue;
-      if (bound->dtype() != x->dtype() || bound->num_elements() != 1) {
-        return absl::InvalidArgumentError("Clip: min/max must be one-element tensors of X's dtype");
-      }
-      (i == 1 ? low : high) = *bound->data<float>();
+      TRAIND_RETURN_IF_ERROR(CheckClipBound(bound, *x));
+      if (bound != nullptr) (i == 1 ? low : high) = *bound->data<float>();
     }
     TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), x->shape()));
     const int64_t n = x->num_elements();

@@ -1,5 +1,7 @@
 // Constant (value decoded once at compile time; each run forwards the same buffer) and
 // ConstantOfShape (fills a run-time shape with a one-element value).
+#include "engine/ops/constant_ops.h"
+
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +9,22 @@
 #include "engine/runtime/kernel.h"
 
 namespace traind::engine {
+
+absl::StatusOr<Tensor> ParseConstantOfShapeValue(const KernelInit& init) {
+  if (!init.HasAttribute("value")) return Tensor::FromVector<float>({1}, {0.0f});
+  TRAIND_ASSIGN_OR_RETURN(Tensor value, init.GetTensor("value"));
+  if (value.num_elements() != 1) return init.Error("'value' must hold exactly one element");
+  return value;
+}
+
+absl::StatusOr<Shape> ConstantOfShapeOutputShape(const Tensor& shape) {
+  if (shape.dtype() != DataType::kInt64 || shape.rank() != 1) {
+    return absl::InvalidArgumentError("ConstantOfShape: input must be a 1-D int64 tensor");
+  }
+  const int64_t* dims = shape.data<int64_t>();
+  return Shape(dims, dims + shape.num_elements());
+}
+
 namespace {
 
 // Returns a tensor the plan owns; outputs alias it, and no kernel writes its inputs.
@@ -28,12 +46,8 @@ class ConstantOfShapeKernel final : public Kernel {
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* shape_tensor, context.RequiredInput(0));
-    if (shape_tensor->dtype() != DataType::kInt64 || shape_tensor->rank() != 1) {
-      return absl::InvalidArgumentError("ConstantOfShape: input must be a 1-D int64 tensor");
-    }
-    const int64_t* dims = shape_tensor->data<int64_t>();
-    Shape shape(dims, dims + shape_tensor->num_elements());
-    TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, value_.dtype(), shape));
+    TRAIND_ASSIGN_OR_RETURN(Shape shape, ConstantOfShapeOutputShape(*shape_tensor));
+    TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, value_.dtype(), std::move(shape)));
     const size_t element_size = ElementSize(value_.dtype());
     char* out = static_cast<char*>(y->mutable_raw_data());
     const char* value = static_cast<const char*>(value_.raw_data());
@@ -86,13 +100,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateConstantKernel(const KernelInit& i
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateConstantOfShapeKernel(const KernelInit& init) {
-  Tensor value;
-  if (init.HasAttribute("value")) {
-    TRAIND_ASSIGN_OR_RETURN(value, init.GetTensor("value"));
-    if (value.num_elements() != 1) return init.Error("'value' must hold exactly one element");
-  } else {
-    TRAIND_ASSIGN_OR_RETURN(value, Tensor::FromVector<float>({1}, {0.0f}));
-  }
+  TRAIND_ASSIGN_OR_RETURN(Tensor value, ParseConstantOfShapeValue(init));
   return std::unique_ptr<Kernel>(new ConstantOfShapeKernel(std::move(value)));
 }
 

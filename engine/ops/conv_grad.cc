@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/ops/conv_ops.h"
 #include "engine/ops/dnnl_util.h"
 #include "engine/ops/spatial_attributes.h"
 #include "engine/runtime/kernel.h"
@@ -48,27 +49,11 @@ class ConvGradKernel final : public Kernel {
     if (x->dtype() != DataType::kFloat32 || w->dtype() != DataType::kFloat32 || dy->dtype() != DataType::kFloat32) {
       return UnsupportedDtype("ConvGrad", x->dtype());
     }
-    if (x->rank() < 3 || x->rank() > 5 || w->rank() != x->rank()) {
-      return absl::InvalidArgumentError(absl::StrCat("ConvGrad: X ", x->DebugString(), " and W ", w->DebugString(),
-                                                     " must be [N, C, 1-3 spatial dims] and [M, C/group, k...]"));
-    }
-    const int64_t out_channels = w->dim(0);
-    if (x->dim(1) != w->dim(1) * group_ || out_channels % group_ != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("ConvGrad: X ", x->DebugString(), " and W ", w->DebugString(),
-                                                     " do not fit group ", group_));
-    }
-    const std::vector<int64_t> kernel(w->shape().begin() + 2, w->shape().end());
-    if (!attributes_.kernel_shape.empty() && attributes_.kernel_shape != kernel) {
-      return absl::InvalidArgumentError("ConvGrad: kernel_shape attribute disagrees with W");
-    }
-    const std::vector<int64_t> spatial(x->shape().begin() + 2, x->shape().end());
-    TRAIND_ASSIGN_OR_RETURN(WindowGeometry window, ResolveForwardWindow(attributes_, spatial, kernel, false));
-    Shape y_shape = {x->dim(0), out_channels};
-    y_shape.insert(y_shape.end(), window.output.begin(), window.output.end());
-    if (dy->shape() != y_shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ConvGrad: dY ", dy->DebugString(), " must have Conv's output shape ", ShapeToString(y_shape)));
-    }
+    TRAIND_ASSIGN_OR_RETURN(const ConvShape shape, CheckConvGradInputs(*dy, *x, *w, attributes_, group_));
+    if (shape.window.rank() > 3) return absl::UnimplementedError("ConvGrad: more than 3 spatial dims");
+    const int64_t out_channels = shape.out_channels;
+    const WindowGeometry& window = shape.window;
+    const Shape& y_shape = shape.output;
     const bool wants_dx = context.wants_output(0), wants_dw = context.wants_output(1),
                wants_db = context.wants_output(2);
     Tensor *dx = nullptr, *dw = nullptr, *db = nullptr;
@@ -254,8 +239,7 @@ class ConvGradKernel final : public Kernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateConvGradKernel(const KernelInit& init) {
   TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes, SpatialAttributes::Parse(init, /*allow_dilations=*/true));
-  TRAIND_ASSIGN_OR_RETURN(int64_t group, init.GetInt("group", 1));
-  if (group < 1) return init.Error(absl::StrCat("attribute 'group' must be >= 1, got ", group));
+  TRAIND_ASSIGN_OR_RETURN(int64_t group, ParseConvGroup(init));
   return std::unique_ptr<Kernel>(new ConvGradKernel(std::move(attributes), group));
 }
 

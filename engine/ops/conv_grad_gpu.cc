@@ -1,5 +1,5 @@
 // GPU kernel of ConvGrad (conv_grad.cl, conv_ops.cl's im2col, CLBlast), float32, 1 or 2 spatial dims, any group; each
-// output only when the graph uses it.
+// output only when the graph uses it. Its contract is conv_ops.h's.
 #include "engine/gpu/blas.h"
 #include "engine/ops/gpu_conv.h"
 
@@ -21,11 +21,8 @@ class ConvGradGpuKernel final : public GpuKernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* w, context.RequiredInput(2));
-    TRAIND_ASSIGN_OR_RETURN(ConvGeometry g, ResolveConvGeometry("ConvGrad", *x, *w, attributes_, group_));
-    if (dy->shape() != g.window.output_shape) {
-      return absl::InvalidArgumentError(absl::StrCat("ConvGrad: dY ", dy->DebugString(), " must be ",
-                                                     ShapeToString(g.window.output_shape)));
-    }
+    TRAIND_ASSIGN_OR_RETURN(ConvShape shape, CheckConvGradInputs(*dy, *x, *w, attributes_, group_));
+    TRAIND_ASSIGN_OR_RETURN(const ConvGeometry g, MakeConvGeometry("ConvGrad", std::move(shape), x->dim(0), group_));
     Stream& stream = context.stream();
     const bool wants_dx = context.wants_output(0), wants_dw = context.wants_output(1);
     if (context.wants_output(2)) {
@@ -118,8 +115,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> CreateConvGradGpuKernel(const GpuKern
   TRAIND_RETURN_IF_ERROR(RequireFloat32(init, {0, 1, 2}));
   TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes, SpatialAttributes::Parse(init, /*allow_dilations=*/true));
   if (attributes.kernel_shape.size() > 2) return init.Unsupported("3 spatial dims");
-  TRAIND_ASSIGN_OR_RETURN(const int64_t group, init.GetInt("group", 1));
-  if (group < 1) return init.Error("attribute 'group' must be >= 1");
+  TRAIND_ASSIGN_OR_RETURN(const int64_t group, ParseConvGroup(init));
   TRAIND_ASSIGN_OR_RETURN(ClKernel im2col, init.Kernel("conv_ops.cl", "im2col_f32"));
   TRAIND_ASSIGN_OR_RETURN(ClKernel col2im, init.Kernel("conv_grad.cl", "col2im_f32"));
   TRAIND_ASSIGN_OR_RETURN(ClKernel channel_sum, init.Kernel("conv_grad.cl", "channel_sum_f32"));

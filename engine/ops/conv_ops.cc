@@ -8,6 +8,8 @@
 // ConvTranspose (float32 and float64, any spatial rank) is a GEMM per (image, group) followed by a
 // col2im scatter-add, which handles every pads / output_padding / output_shape combination ONNX
 // allows (including negative effective padding) without special cases.
+#include "engine/ops/conv_ops.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -33,7 +35,7 @@ memory::dims ToDnnlDims(absl::Span<const int64_t> values) { return memory::dims(
 
 // Checks X / W / B shapes shared by Conv and ConvTranspose: X is [N, C, spatial...], W has X's
 // rank, and the optional bias B is 1-D with `out_channels` entries.
-absl::Status CheckConvInputs(const char* op, const Tensor& x, const Tensor& w, const Tensor* b) {
+absl::Status CheckConvOperands(const char* op, const Tensor& x, const Tensor& w, const Tensor* b) {
   if (x.rank() < 3) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": input must be [N, C, spatial...], got ", x.DebugString()));
   }
@@ -58,6 +60,55 @@ absl::StatusOr<std::vector<int64_t>> KernelFromWeights(const char* op, const Ten
   return kernel;
 }
 
+// X, W (and B) of Conv and ConvGrad: the shared part of CheckConvInputs and CheckConvGradInputs.
+absl::StatusOr<ConvShape> ResolveConv(const char* op, const Tensor& x, const Tensor& w, const Tensor* b,
+                                      const SpatialAttributes& attributes, int64_t group) {
+  TRAIND_RETURN_IF_ERROR(CheckConvOperands(op, x, w, b));
+  ConvShape shape;
+  shape.channels = x.dim(1);
+  shape.out_channels = w.dim(0);
+  if (shape.channels != w.dim(1) * group || shape.out_channels % group != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": input ", x.DebugString(), " and weights ", w.DebugString(),
+                                                   " do not fit group ", group,
+                                                   " (need C = W.dim(1) * group, M divisible by group)"));
+  }
+  if (b != nullptr && (b->rank() != 1 || b->dim(0) != shape.out_channels)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": bias ", b->DebugString(), " must be [", shape.out_channels, "]"));
+  }
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, KernelFromWeights(op, w, attributes.kernel_shape));
+  const std::vector<int64_t> spatial(x.shape().begin() + 2, x.shape().end());
+  TRAIND_ASSIGN_OR_RETURN(shape.window, ResolveForwardWindow(attributes, spatial, kernel, false));
+  shape.output = {x.dim(0), shape.out_channels};
+  shape.output.insert(shape.output.end(), shape.window.output.begin(), shape.window.output.end());
+  return shape;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> ParseConvGroup(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(int64_t group, init.GetInt("group", 1));
+  if (group < 1) return init.Error(absl::StrCat("attribute 'group' must be >= 1, got ", group));
+  return group;
+}
+
+absl::StatusOr<ConvShape> CheckConvInputs(const Tensor& x, const Tensor& w, const Tensor* b,
+                                          const SpatialAttributes& attributes, int64_t group) {
+  return ResolveConv("Conv", x, w, b, attributes, group);
+}
+
+absl::StatusOr<ConvShape> CheckConvGradInputs(const Tensor& dy, const Tensor& x, const Tensor& w,
+                                              const SpatialAttributes& attributes, int64_t group) {
+  TRAIND_ASSIGN_OR_RETURN(ConvShape shape, ResolveConv("ConvGrad", x, w, nullptr, attributes, group));
+  if (dy.shape() != shape.output || dy.dtype() != x.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat("ConvGrad: dY ", dy.DebugString(), " must have Conv's output ",
+                                                   ShapeToString(shape.output), " and X's dtype"));
+  }
+  return shape;
+}
+
+namespace {
+
 // ------------------------------------------------------------------------------------------------
 // Conv
 
@@ -77,22 +128,9 @@ class ConvKernel final : public Kernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* w, context.RequiredInput(1));
     const Tensor* b = context.input(2);
-    TRAIND_RETURN_IF_ERROR(CheckConvInputs("Conv", *x, *w, b));
-    const int64_t channels = x->dim(1);
-    const int64_t out_channels = w->dim(0);
-    if (channels != w->dim(1) * group_ || out_channels % group_ != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("Conv: input ", x->DebugString(), " and weights ",
-                                                     w->DebugString(), " do not fit group ", group_,
-                                                     " (need C = W.dim(1) * group, M divisible by group)"));
-    }
-    if (b != nullptr && (b->rank() != 1 || b->dim(0) != out_channels)) {
-      return absl::InvalidArgumentError(absl::StrCat("Conv: bias ", b->DebugString(), " must be [", out_channels, "]"));
-    }
-    TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, KernelFromWeights("Conv", *w, attributes_.kernel_shape));
-    const std::vector<int64_t> spatial(x->shape().begin() + 2, x->shape().end());
-    TRAIND_ASSIGN_OR_RETURN(WindowGeometry window, ResolveForwardWindow(attributes_, spatial, kernel, false));
-    Shape out_shape = {x->dim(0), out_channels};
-    out_shape.insert(out_shape.end(), window.output.begin(), window.output.end());
+    TRAIND_ASSIGN_OR_RETURN(const ConvShape shape, CheckConvInputs(*x, *w, b, attributes_, group_));
+    const WindowGeometry& window = shape.window;
+    const Shape& out_shape = shape.output;
 
     if (x->dtype() != DataType::kFloat32) return UnsupportedDtype("Conv", x->dtype());
     if (window.rank() > 3) return absl::UnimplementedError("Conv: more than 3 spatial dims");
@@ -237,7 +275,7 @@ class ConvTransposeKernel final : public Kernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* w, context.RequiredInput(1));
     const Tensor* b = context.input(2);
-    TRAIND_RETURN_IF_ERROR(CheckConvInputs("ConvTranspose", *x, *w, b));
+    TRAIND_RETURN_IF_ERROR(CheckConvOperands("ConvTranspose", *x, *w, b));
     // W is [C, M/group, k...].
     const int64_t channels = x->dim(1);
     const int64_t out_channels = w->dim(1) * group_;
@@ -411,23 +449,17 @@ class ConvTransposeKernel final : public Kernel {
   std::vector<int64_t> output_shape_;
 };
 
-absl::StatusOr<int64_t> ParseGroup(const KernelInit& init) {
-  TRAIND_ASSIGN_OR_RETURN(int64_t group, init.GetInt("group", 1));
-  if (group < 1) return init.Error(absl::StrCat("attribute 'group' must be >= 1, got ", group));
-  return group;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateConvKernel(const KernelInit& init) {
   TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes, SpatialAttributes::Parse(init, /*allow_dilations=*/true));
-  TRAIND_ASSIGN_OR_RETURN(int64_t group, ParseGroup(init));
+  TRAIND_ASSIGN_OR_RETURN(int64_t group, ParseConvGroup(init));
   return std::unique_ptr<Kernel>(new ConvKernel(std::move(attributes), group));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateConvTransposeKernel(const KernelInit& init) {
   TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes, SpatialAttributes::Parse(init, /*allow_dilations=*/true));
-  TRAIND_ASSIGN_OR_RETURN(int64_t group, ParseGroup(init));
+  TRAIND_ASSIGN_OR_RETURN(int64_t group, ParseConvGroup(init));
   TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> output_padding, init.GetInts("output_padding"));
   TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> output_shape, init.GetInts("output_shape"));
   for (int64_t v : output_padding) {

@@ -1,5 +1,6 @@
 // GPU kernel of Conv (conv_ops.cl + CLBlast), float32, 1 or 2 spatial dims, any group: for each chunk of images,
-// im2col (skipped for pointwise convolutions) and one strided batched GEMM per group, then the bias.
+// im2col (skipped for pointwise convolutions) and one strided batched GEMM per group, then the bias. Its contract is
+// conv_ops.h's.
 #include "engine/gpu/blas.h"
 #include "engine/ops/gpu_conv.h"
 
@@ -15,11 +16,8 @@ class ConvGpuKernel final : public GpuKernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* w, context.RequiredInput(1));
     const Tensor* b = context.input(2);
-    TRAIND_ASSIGN_OR_RETURN(ConvGeometry g, ResolveConvGeometry("Conv", *x, *w, attributes_, group_));
-    if (b != nullptr && (b->rank() != 1 || b->dim(0) != g.out_channels)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Conv: bias ", b->DebugString(), " must be [", g.out_channels, "]"));
-    }
+    TRAIND_ASSIGN_OR_RETURN(ConvShape shape, CheckConvInputs(*x, *w, b, attributes_, group_));
+    TRAIND_ASSIGN_OR_RETURN(const ConvGeometry g, MakeConvGeometry("Conv", std::move(shape), x->dim(0), group_));
     TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), g.window.output_shape));
     const int64_t total = y->num_elements();
     if (total == 0) return absl::OkStatus();
@@ -72,8 +70,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> CreateConvGpuKernel(const GpuKernelIn
   TRAIND_RETURN_IF_ERROR(RequireFloat32(init, {0, 1, 2}));
   TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes, SpatialAttributes::Parse(init, /*allow_dilations=*/true));
   if (attributes.kernel_shape.size() > 2) return init.Unsupported("3 spatial dims");
-  TRAIND_ASSIGN_OR_RETURN(const int64_t group, init.GetInt("group", 1));
-  if (group < 1) return init.Error("attribute 'group' must be >= 1");
+  TRAIND_ASSIGN_OR_RETURN(const int64_t group, ParseConvGroup(init));
   TRAIND_ASSIGN_OR_RETURN(ClKernel im2col, init.Kernel("conv_ops.cl", "im2col_f32"));
   TRAIND_ASSIGN_OR_RETURN(ClKernel bias, init.Kernel("conv_ops.cl", "add_channel_bias_f32"));
   return MakeGpuKernel<ConvGpuKernel>(std::move(attributes), group, std::move(im2col), std::move(bias));

@@ -5,6 +5,8 @@
 // element moves, so an out-of-range index is a clean kInvalidArgument and never an out-of-bounds
 // access. Reads only copy, so they dispatch on element width; scatters with a reduction need the
 // arithmetic type.
+#include "engine/ops/gather_scatter.h"
+
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +16,25 @@
 #include "engine/ops/index_helpers.h"
 
 namespace traind::engine {
+
+absl::StatusOr<GatherShape> CheckGatherInputs(const Tensor& data, const Tensor& indices, int64_t axis) {
+  GatherShape shape;
+  TRAIND_ASSIGN_OR_RETURN(shape.axis, NormalizeAxis(axis, data.rank()));
+  const Shape& data_shape = data.shape();
+  shape.axis_dim = data_shape[shape.axis];
+  shape.outer = DimProduct(data_shape, 0, shape.axis);
+  shape.inner = DimProduct(data_shape, shape.axis + 1, data_shape.size());
+  shape.count = indices.num_elements();
+  shape.output.assign(data_shape.begin(), data_shape.begin() + shape.axis);
+  shape.output.insert(shape.output.end(), indices.shape().begin(), indices.shape().end());
+  shape.output.insert(shape.output.end(), data_shape.begin() + shape.axis + 1, data_shape.end());
+  TRAIND_RETURN_IF_ERROR(DispatchIndexType(indices, "Gather indices", [&](auto index_tag) -> absl::Status {
+    using I = typename decltype(index_tag)::type;
+    return CheckIndices(indices.data<I>(), shape.count, shape.axis_dim, "Gather");
+  }));
+  return shape;
+}
+
 namespace {
 
 // out = data[..., indices, ...] along `axis`: the indices' shape replaces that dim.
@@ -24,19 +45,12 @@ class GatherKernel final : public Kernel {
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* data, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* indices, context.RequiredInput(1));
-    TRAIND_ASSIGN_OR_RETURN(const int64_t axis, NormalizeAxis(axis_, data->rank()));
-    const Shape& data_shape = data->shape();
-    const int64_t axis_dim = data_shape[axis];
-    const int64_t outer = DimProduct(data_shape, 0, axis);
-    const int64_t inner = DimProduct(data_shape, axis + 1, data_shape.size());
-    const int64_t count = indices->num_elements();
-    Shape out_shape(data_shape.begin(), data_shape.begin() + axis);
-    out_shape.insert(out_shape.end(), indices->shape().begin(), indices->shape().end());
-    out_shape.insert(out_shape.end(), data_shape.begin() + axis + 1, data_shape.end());
+    TRAIND_ASSIGN_OR_RETURN(const GatherShape shape, CheckGatherInputs(*data, *indices, axis_));
+    const int64_t axis_dim = shape.axis_dim, outer = shape.outer, inner = shape.inner, count = shape.count;
+    const Shape& out_shape = shape.output;
     return DispatchIndexType(*indices, "Gather indices", [&](auto index_tag) -> absl::Status {
       using I = typename decltype(index_tag)::type;
-      const I* index_data = indices->data<I>();
-      TRAIND_RETURN_IF_ERROR(CheckIndices(index_data, count, axis_dim, "Gather"));
+      const I* index_data = indices->data<I>();  // Range checked by CheckGatherInputs.
       TRAIND_ASSIGN_OR_RETURN(Tensor * out, context.AllocateOutput(0, data->dtype(), out_shape));
       if (out->num_elements() == 0) return absl::OkStatus();
       return DispatchByWidth(data->dtype(), "Gather", [&](auto tag) {
@@ -50,7 +64,7 @@ class GatherKernel final : public Kernel {
               for (int64_t row = begin; row < end; ++row) {
                 const int64_t o = row / count;
                 int64_t index = static_cast<int64_t>(index_data[row % count]);
-                if (index < 0) index += axis_dim;  // Range checked above.
+                if (index < 0) index += axis_dim;
                 const T* src = in + (o * axis_dim + index) * inner;
                 std::copy(src, src + inner, dst + row * inner);
               }
@@ -248,19 +262,7 @@ class GatherNDKernel final : public Kernel {
   int64_t batch_dims_;
 };
 
-enum class Reduction { kNone, kAdd, kMul };
-
-absl::StatusOr<Reduction> ParseReduction(const KernelInit& init) {
-  TRAIND_ASSIGN_OR_RETURN(std::string reduction, init.GetString("reduction", "none"));
-  if (reduction == "none") return Reduction::kNone;
-  if (reduction == "add") return Reduction::kAdd;
-  if (reduction == "mul") return Reduction::kMul;
-  if (reduction == "max" || reduction == "min") {
-    return init.Unsupported(absl::StrCat("reduction '", reduction, "' (opset 18) is unsupported"));
-  }
-  return init.Error(absl::StrCat("attribute 'reduction' must be none, add or mul, got '",
-                                 reduction, "'"));
-}
+using Reduction = ScatterReduction;
 
 // Applies one update; `T` is the arithmetic type (bool only with kNone).
 template <typename T>
@@ -341,35 +343,19 @@ class ScatterNDKernel final : public Kernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* data, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* indices, context.RequiredInput(1));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* updates, context.RequiredInput(2));
-    TRAIND_ASSIGN_OR_RETURN(NdLayout layout, MakeNdLayout("ScatterND", *data, *indices, 0));
-    // updates.shape == indices.shape[:-1] + data.shape[k:].
-    Shape expected(indices->shape().begin(), indices->shape().end() - 1);
-    expected.insert(expected.end(), data->shape().begin() + layout.index_depth,
-                    data->shape().end());
-    if (updates->shape() != expected) {
-      return absl::InvalidArgumentError(absl::StrCat("ScatterND: updates ",
-                                                     updates->DebugString(), " must have shape ",
-                                                     ShapeToString(expected)));
-    }
-    return DispatchIndexType(*indices, "ScatterND indices", [&](auto index_tag) {
-      using I = typename decltype(index_tag)::type;
-      TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> offsets,
-                              NdSliceOffsets("ScatterND", layout, indices->data<I>()));
-      return ScatterInto(context, *data, *updates, reduction_, "ScatterND",
-                         [&](auto tag, Tensor* out) {
-                           using T = typename decltype(tag)::type;
-                           const T* update_data = updates->data<T>();
-                           T* dst = out->mutable_data<T>();
-                           const int64_t slice = layout.slice_size;
-                           for (size_t t = 0; t < offsets.size(); ++t) {
-                             const T* src = update_data + t * slice;
-                             T* target = dst + offsets[t];
-                             for (int64_t j = 0; j < slice; ++j) {
-                               Reduce(reduction_, target + j, src[j]);
-                             }
-                           }
-                           return absl::OkStatus();
-                         });
+    TRAIND_ASSIGN_OR_RETURN(const ScatterNdSlices slices, CheckScatterNdInputs(*data, *indices, *updates));
+    const std::vector<int64_t>& offsets = slices.offsets;
+    return ScatterInto(context, *data, *updates, reduction_, "ScatterND", [&](auto tag, Tensor* out) {
+      using T = typename decltype(tag)::type;
+      const T* update_data = updates->data<T>();
+      T* dst = out->mutable_data<T>();
+      const int64_t slice = slices.slice_size;
+      for (size_t t = 0; t < offsets.size(); ++t) {
+        const T* src = update_data + t * slice;
+        T* target = dst + offsets[t];
+        for (int64_t j = 0; j < slice; ++j) Reduce(reduction_, target + j, src[j]);
+      }
+      return absl::OkStatus();
     });
   }
 
@@ -378,6 +364,40 @@ class ScatterNDKernel final : public Kernel {
 };
 
 }  // namespace
+
+absl::StatusOr<ScatterReduction> ParseScatterReduction(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(std::string reduction, init.GetString("reduction", "none"));
+  if (reduction == "none") return ScatterReduction::kNone;
+  if (reduction == "add") return ScatterReduction::kAdd;
+  if (reduction == "mul") return ScatterReduction::kMul;
+  if (reduction == "max" || reduction == "min") {
+    return init.Unsupported(absl::StrCat("reduction '", reduction, "' (opset 18) is unsupported"));
+  }
+  return init.Error(absl::StrCat("attribute 'reduction' must be none, add or mul, got '", reduction, "'"));
+}
+
+absl::StatusOr<ScatterNdSlices> CheckScatterNdInputs(const Tensor& data, const Tensor& indices, const Tensor& updates) {
+  TRAIND_ASSIGN_OR_RETURN(NdLayout layout, MakeNdLayout("ScatterND", data, indices, 0));
+  // updates.shape == indices.shape[:-1] + data.shape[k:].
+  Shape expected(indices.shape().begin(), indices.shape().end() - 1);
+  expected.insert(expected.end(), data.shape().begin() + layout.index_depth, data.shape().end());
+  if (updates.shape() != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ScatterND: updates ", updates.DebugString(), " must have shape ", ShapeToString(expected)));
+  }
+  if (updates.dtype() != data.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat("ScatterND: updates dtype ", DataTypeName(updates.dtype()),
+                                                   " differs from data dtype ", DataTypeName(data.dtype())));
+  }
+  ScatterNdSlices slices;
+  slices.slice_size = layout.slice_size;
+  TRAIND_RETURN_IF_ERROR(DispatchIndexType(indices, "ScatterND indices", [&](auto index_tag) -> absl::Status {
+    using I = typename decltype(index_tag)::type;
+    TRAIND_ASSIGN_OR_RETURN(slices.offsets, NdSliceOffsets("ScatterND", layout, indices.data<I>()));
+    return absl::OkStatus();
+  }));
+  return slices;
+}
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateGatherKernel(const KernelInit& init) {
   TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", 0));
@@ -397,7 +417,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateGatherNDKernel(const KernelInit& i
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateScatterElementsKernel(const KernelInit& init) {
   TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", 0));
-  TRAIND_ASSIGN_OR_RETURN(Reduction reduction, ParseReduction(init));
+  TRAIND_ASSIGN_OR_RETURN(Reduction reduction, ParseScatterReduction(init));
   return std::unique_ptr<Kernel>(new ScatterElementsKernel("ScatterElements", axis, reduction));
 }
 
@@ -408,7 +428,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateScatterKernel(const KernelInit& in
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateScatterNDKernel(const KernelInit& init) {
-  TRAIND_ASSIGN_OR_RETURN(Reduction reduction, ParseReduction(init));
+  TRAIND_ASSIGN_OR_RETURN(Reduction reduction, ParseScatterReduction(init));
   return std::unique_ptr<Kernel>(new ScatterNDKernel(reduction));
 }
 

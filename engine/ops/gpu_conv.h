@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "absl/strings/str_cat.h"
+#include "engine/ops/conv_ops.h"
 #include "engine/ops/gpu_pool.h"
 #include "engine/ops/gpu_util.h"
 
@@ -24,30 +24,15 @@ struct ConvGeometry {
   int64_t group_rows() const { return group_channels * taps; }
 };
 
-// kInvalidArgument for shapes the CPU kernel refuses too; kUnimplemented beyond 2 spatial dims.
-inline absl::StatusOr<ConvGeometry> ResolveConvGeometry(const char* op, const Tensor& x, const Tensor& w,
-                                                        const SpatialAttributes& attributes, int64_t group) {
-  if (x.rank() < 3 || w.rank() != x.rank()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": X ", x.DebugString(), " and W ", w.DebugString(),
-                                                   " must be [N, C, spatial...] and [M, C/group, k...]"));
-  }
-  if (x.rank() > 4) return absl::UnimplementedError(absl::StrCat(op, ": the GPU kernel takes 1 or 2 spatial dims"));
+// The geometry of a convolution of `images` images as the ops' contract resolved it (conv_ops.h's CheckConvInputs
+// or CheckConvGradInputs): kUnimplemented beyond 2 spatial dims.
+inline absl::StatusOr<ConvGeometry> MakeConvGeometry(const char* op, ConvShape shape, int64_t images, int64_t group) {
   ConvGeometry g;
-  g.images = x.dim(0);
-  g.channels = x.dim(1);
-  g.out_channels = w.dim(0);
+  TRAIND_ASSIGN_OR_RETURN(g.window, MakePoolWindow(op, shape.window, std::move(shape.output)));
+  g.images = images;
+  g.channels = shape.channels;
+  g.out_channels = shape.out_channels;
   g.group = group;
-  if (g.channels != w.dim(1) * group || g.out_channels % group != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": input ", x.DebugString(), " and weights ",
-                                                   w.DebugString(), " do not fit group ", group));
-  }
-  const std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
-  if (!attributes.kernel_shape.empty() && attributes.kernel_shape != kernel) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": kernel_shape attribute disagrees with weights ", w.DebugString()));
-  }
-  TRAIND_ASSIGN_OR_RETURN(g.window, ResolvePoolWindow(op, x, attributes, false, kernel));
-  g.window.output_shape[1] = g.out_channels;
   g.group_channels = g.channels / group;
   g.group_out_channels = g.out_channels / group;
   g.taps = g.window.kernel_h * g.window.kernel_w;

@@ -1,5 +1,5 @@
 // The 2-D window (1-D windows have height 1) that the GPU pooling and convolution kernels take (TRAIND_WINDOW_ARGS
-// in engine/gpu/prelude.cl), resolved with the CPU kernels' geometry (spatial_attributes.h).
+// in engine/gpu/prelude.cl), from the geometry of the ops' contract (spatial_attributes.h).
 #ifndef TRAIND_ENGINE_OPS_GPU_POOL_H_
 #define TRAIND_ENGINE_OPS_GPU_POOL_H_
 
@@ -26,10 +26,9 @@ struct PoolWindow {
   }
 };
 
-// The window of `x` ([N, C, 1 or 2 spatial dims]) for `kernel` (empty: the attribute's). Output channels are C;
-// convolutions replace them.
-absl::StatusOr<PoolWindow> ResolvePoolWindow(const char* op, const Tensor& x, const SpatialAttributes& attributes,
-                                             bool ceil_mode, std::vector<int64_t> kernel = {});
+// The window the GPU kernels take for a geometry the ops' contract resolved (pool_ops.h, conv_ops.h), with the
+// op's output shape: kUnimplemented beyond 2 spatial dims.
+absl::StatusOr<PoolWindow> MakePoolWindow(const char* op, const WindowGeometry& geometry, Shape output_shape);
 
 }  // namespace traind::engine::gpu
 

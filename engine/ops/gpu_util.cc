@@ -225,22 +225,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> MakeIndexMapGpuKernel(const GpuKernel
 
 namespace traind::engine::gpu {
 
-absl::StatusOr<PoolWindow> ResolvePoolWindow(const char* op, const Tensor& x, const SpatialAttributes& attributes,
-                                             bool ceil_mode, std::vector<int64_t> kernel) {
-  if (x.rank() < 3 || x.rank() > 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": the GPU kernel takes [N, C, 1 or 2 spatial dims], got ", x.DebugString()));
+absl::StatusOr<PoolWindow> MakePoolWindow(const char* op, const WindowGeometry& geometry, Shape output_shape) {
+  if (geometry.rank() < 1 || geometry.rank() > 2) {
+    return absl::UnimplementedError(
+        absl::StrCat(op, ": the GPU kernel takes 1 or 2 spatial dims, not ", geometry.rank()));
   }
-  if (kernel.empty()) kernel = attributes.kernel_shape;
-  const std::vector<int64_t> spatial(x.shape().begin() + 2, x.shape().end());
-  if (kernel.size() != spatial.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": kernel_shape has ", kernel.size(), " dims for input ", x.DebugString()));
-  }
-  TRAIND_ASSIGN_OR_RETURN(WindowGeometry geometry, ResolveForwardWindow(attributes, spatial, kernel, ceil_mode));
   PoolWindow window;
-  window.output_shape = {x.dim(0), x.dim(1)};
-  window.output_shape.insert(window.output_shape.end(), geometry.output.begin(), geometry.output.end());
+  window.output_shape = std::move(output_shape);
   const size_t w = geometry.rank() - 1;  // the last spatial dim; a 2-D window also has w - 1
   window.width = geometry.input[w];
   window.out_width = geometry.output[w];

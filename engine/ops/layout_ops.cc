@@ -1,5 +1,7 @@
 // Data-movement ops: Transpose and Concat. Both only copy elements, so they dispatch on element
 // size (one instantiation per width serves every dtype).
+#include "engine/ops/layout_ops.h"
+
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +12,32 @@
 #include "engine/runtime/kernel.h"
 
 namespace traind::engine {
+
+absl::StatusOr<ConcatShape> CheckConcatInputs(absl::Span<const Tensor* const> inputs, int64_t axis) {
+  if (inputs.empty() || inputs[0] == nullptr) return absl::InvalidArgumentError("Concat: input 0 is missing");
+  const Tensor& first = *inputs[0];
+  const int64_t rank = first.rank();
+  ConcatShape shape;
+  TRAIND_ASSIGN_OR_RETURN(shape.axis, NormalizeAxis(axis, rank));
+  shape.output = first.shape();
+  shape.output[shape.axis] = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor* input = inputs[i];
+    if (input == nullptr) return absl::InvalidArgumentError(absl::StrCat("Concat: input ", i, " is missing"));
+    if (input->dtype() != first.dtype() || input->rank() != rank) {
+      return absl::InvalidArgumentError("Concat: inputs differ in dtype or rank");
+    }
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d != shape.axis && input->dim(d) != first.dim(d)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Concat: ", input->DebugString(), " does not match ", first.DebugString()));
+      }
+    }
+    shape.output[shape.axis] += input->dim(shape.axis);  // Sum <= sum of valid element counts: no overflow.
+  }
+  return shape;
+}
+
 namespace {
 
 DataType UnsignedOfSize(size_t bytes) {
@@ -75,26 +103,11 @@ class ConcatKernel final : public Kernel {
   explicit ConcatKernel(int64_t axis) : axis_(axis) {}
 
   absl::Status Compute(KernelContext& context) const override {
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* first, context.RequiredInput(0));
-    const int64_t rank = first->rank();
-    TRAIND_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(axis_, rank));
-    Shape out_shape = first->shape();
-    out_shape[axis] = 0;
-    std::vector<const Tensor*> inputs;
-    for (int i = 0; i < context.num_inputs(); ++i) {
-      TRAIND_ASSIGN_OR_RETURN(const Tensor* input, context.RequiredInput(i));
-      if (input->dtype() != first->dtype() || input->rank() != rank) {
-        return absl::InvalidArgumentError("Concat: inputs differ in dtype or rank");
-      }
-      for (int64_t d = 0; d < rank; ++d) {
-        if (d != axis && input->dim(d) != first->dim(d)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "Concat: ", input->DebugString(), " does not match ", first->DebugString()));
-        }
-      }
-      out_shape[axis] += input->dim(axis);  // Sum <= sum of valid element counts: no overflow.
-      inputs.push_back(input);
-    }
+    const absl::Span<const Tensor* const> inputs = context.inputs();
+    TRAIND_ASSIGN_OR_RETURN(const ConcatShape shape, CheckConcatInputs(inputs, axis_));
+    const Tensor* first = inputs[0];
+    const Shape& out_shape = shape.output;
+    const int64_t axis = shape.axis;
     TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, first->dtype(), out_shape));
     if (y->num_elements() == 0) return absl::OkStatus();
     const size_t element_size = ElementSize(first->dtype());

@@ -1,6 +1,7 @@
-// GPU kernels of Transpose (by index map, gpu_util.h) and Concat (row blocks, data_movement.cl), float32.
-#include "absl/strings/str_cat.h"
+// GPU kernels of Transpose (by index map, gpu_util.h) and Concat (row blocks, data_movement.cl), float32; Concat's
+// contract is layout_ops.h's.
 #include "engine/ops/gpu_util.h"
+#include "engine/ops/layout_ops.h"
 
 namespace traind::engine::gpu {
 namespace {
@@ -10,36 +11,19 @@ class ConcatGpuKernel final : public GpuKernel {
   ConcatGpuKernel(int64_t axis, ClKernel copy_rows) : axis_(axis), copy_rows_(std::move(copy_rows)) {}
 
   absl::Status Compute(GpuKernelContext& context) const override {
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* first, context.RequiredInput(0));
-    const int64_t rank = first->rank();
-    TRAIND_ASSIGN_OR_RETURN(const int64_t axis, NormalizeAxis(axis_, rank));
-    Shape out_shape = first->shape();
-    out_shape[axis] = 0;
-    for (int i = 0; i < context.num_inputs(); ++i) {
-      TRAIND_ASSIGN_OR_RETURN(const Tensor* input, context.RequiredInput(i));
-      if (input->dtype() != first->dtype() || input->rank() != rank) {
-        return absl::InvalidArgumentError("Concat: inputs differ in dtype or rank");
-      }
-      for (int64_t d = 0; d < rank; ++d) {
-        if (d != axis && input->dim(d) != first->dim(d)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("Concat: ", input->DebugString(), " does not match ", first->DebugString()));
-        }
-      }
-      out_shape[axis] += input->dim(axis);
-    }
-    TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, first->dtype(), out_shape));
+    const absl::Span<const Tensor* const> inputs = context.inputs();
+    TRAIND_ASSIGN_OR_RETURN(const ConcatShape shape, CheckConcatInputs(inputs, axis_));
+    TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, inputs[0]->dtype(), shape.output));
     if (y->num_elements() == 0) return absl::OkStatus();
-    const int64_t outer = DimProduct(out_shape, 0, static_cast<size_t>(axis));
+    const int64_t outer = DimProduct(shape.output, 0, static_cast<size_t>(shape.axis));
     const int64_t output_row = y->num_elements() / outer;
     int64_t offset = 0;
-    for (int i = 0; i < context.num_inputs(); ++i) {
-      const Tensor& input = *context.input(i);
-      const int64_t n = input.num_elements();
+    for (const Tensor* input : inputs) {
+      const int64_t n = input->num_elements();
       const int64_t input_row = n / outer;
       if (n > 0) {
-        TRAIND_RETURN_IF_ERROR(copy_rows_.Launch1D(context, n, context.mem(input), context.mem(*y), n, input_row,
-                                                   output_row, offset));
+        TRAIND_RETURN_IF_ERROR(
+            copy_rows_.Launch1D(context, n, context.mem(*input), context.mem(*y), n, input_row, output_row, offset));
       }
       offset += input_row;
     }

@@ -1,5 +1,7 @@
 // MatMul (numpy semantics: 1-D promotion, broadcast batch dims) and Gemm. The multiplication is
 // oneDNN's sgemm for float and OpenBLAS dgemm for double; no hand-written GEMM loops.
+#include "engine/ops/matmul.h"
+
 #include <cblas.h>
 
 #include <cstring>
@@ -14,6 +16,83 @@
 #include "oneapi/dnnl/dnnl.h"
 
 namespace traind::engine {
+
+absl::StatusOr<MatMulShapes> CheckMatMulInputs(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype()) return absl::InvalidArgumentError("MatMul: dtypes differ");
+  if (a.rank() == 0 || b.rank() == 0) return absl::InvalidArgumentError("MatMul: inputs must have rank >= 1");
+  // 1-D operands are promoted to matrices; the promoted dim is dropped from the output.
+  Shape a_shape = a.shape();
+  Shape b_shape = b.shape();
+  if (a.rank() == 1) a_shape.insert(a_shape.begin(), 1);
+  if (b.rank() == 1) b_shape.push_back(1);
+  MatMulShapes shapes;
+  shapes.m = a_shape[a_shape.size() - 2];
+  shapes.k = a_shape.back();
+  shapes.n = b_shape.back();
+  if (b_shape[b_shape.size() - 2] != shapes.k) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MatMul: ", a.DebugString(), " x ", b.DebugString(), " inner dims differ"));
+  }
+  shapes.a_batch.assign(a_shape.begin(), a_shape.end() - 2);
+  shapes.b_batch.assign(b_shape.begin(), b_shape.end() - 2);
+  const Shape* batch_shapes[] = {&shapes.a_batch, &shapes.b_batch};
+  TRAIND_ASSIGN_OR_RETURN(shapes.batch, BroadcastShapes(batch_shapes));
+  shapes.output = shapes.batch;
+  if (a.rank() > 1) shapes.output.push_back(shapes.m);
+  if (b.rank() > 1) shapes.output.push_back(shapes.n);
+  return shapes;
+}
+
+absl::StatusOr<GemmAttributes> ParseGemmAttributes(const KernelInit& init) {
+  GemmAttributes attributes;
+  TRAIND_ASSIGN_OR_RETURN(const int64_t trans_a, init.GetInt("transA", 0));
+  TRAIND_ASSIGN_OR_RETURN(const int64_t trans_b, init.GetInt("transB", 0));
+  attributes.trans_a = trans_a != 0;
+  attributes.trans_b = trans_b != 0;
+  TRAIND_ASSIGN_OR_RETURN(attributes.alpha, init.GetFloat("alpha", 1.0f));
+  TRAIND_ASSIGN_OR_RETURN(attributes.beta, init.GetFloat("beta", 1.0f));
+  // Opset 6's `broadcast` attribute (removed in 7, where C always broadcasts unidirectionally).
+  if (init.opset() < 7) {
+    TRAIND_ASSIGN_OR_RETURN(const int64_t broadcast, init.GetInt("broadcast", 0));
+    if (broadcast != 0 && broadcast != 1) return init.Error("attribute 'broadcast' must be 0 or 1");
+    attributes.c_must_be_mn = broadcast == 0;
+  }
+  if (init.opset() < 11 && !init.has_input(2)) return init.Error("input C is required before opset 11");
+  return attributes;
+}
+
+absl::StatusOr<GemmShapes> CheckGemmInputs(const Tensor& a, const Tensor& b, const Tensor* c,
+                                           const GemmAttributes& attributes) {
+  if (a.rank() != 2 || b.rank() != 2 || a.dtype() != b.dtype() ||
+      (c != nullptr && (c->dtype() != a.dtype() || c->rank() > 2))) {
+    return absl::InvalidArgumentError("Gemm: A and B must be matrices, C rank <= 2, one dtype");
+  }
+  GemmShapes shapes;
+  shapes.m = attributes.trans_a ? a.dim(1) : a.dim(0);
+  shapes.k = attributes.trans_a ? a.dim(0) : a.dim(1);
+  shapes.n = attributes.trans_b ? b.dim(0) : b.dim(1);
+  if ((attributes.trans_b ? b.dim(1) : b.dim(0)) != shapes.k) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm: ", a.DebugString(), " x ", b.DebugString(), " inner dims differ"));
+  }
+  // C broadcasts unidirectionally to [M, N].
+  if (c != nullptr && c->rank() == 2) {
+    shapes.c_rows = c->dim(0);
+    shapes.c_cols = c->dim(1);
+  } else if (c != nullptr && c->rank() == 1) {
+    shapes.c_cols = c->dim(0);
+  }
+  if (attributes.c_must_be_mn && c != nullptr && c->shape() != Shape{shapes.m, shapes.n}) {
+    return absl::InvalidArgumentError(absl::StrCat("Gemm: C ", c->DebugString(), " must be [", shapes.m, ",", shapes.n,
+                                                   "] unless attribute 'broadcast' is 1 (opset 6)"));
+  }
+  if ((shapes.c_rows != 1 && shapes.c_rows != shapes.m) || (shapes.c_cols != 1 && shapes.c_cols != shapes.n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gemm: C ", c->DebugString(), " does not broadcast to [", shapes.m, ",", shapes.n, "]"));
+  }
+  return shapes;
+}
+
 namespace {
 
 // Row-major C[M,N] = alpha * op(A) * op(B) + beta * C with leading dimensions lda/ldb/ldc.
@@ -59,30 +138,14 @@ class MatMulKernel final : public Kernel {
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* a, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* b, context.RequiredInput(1));
-    if (a->dtype() != b->dtype()) return absl::InvalidArgumentError("MatMul: dtypes differ");
-    if (a->rank() == 0 || b->rank() == 0) {
-      return absl::InvalidArgumentError("MatMul: inputs must have rank >= 1");
-    }
-    // 1-D operands are promoted to matrices; the promoted dim is dropped from the output.
-    Shape a_shape = a->shape();
-    Shape b_shape = b->shape();
-    if (a->rank() == 1) a_shape.insert(a_shape.begin(), 1);
-    if (b->rank() == 1) b_shape.push_back(1);
-    const int64_t m = a_shape[a_shape.size() - 2];
-    const int64_t k = a_shape.back();
-    const int64_t n = b_shape.back();
-    if (b_shape[b_shape.size() - 2] != k) {
-      return absl::InvalidArgumentError(absl::StrCat("MatMul: ", a->DebugString(), " x ",
-                                                     b->DebugString(), " inner dims differ"));
-    }
+    TRAIND_ASSIGN_OR_RETURN(const MatMulShapes shapes, CheckMatMulInputs(*a, *b));
+    const int64_t m = shapes.m, n = shapes.n, k = shapes.k;
+    const Shape& a_batch = shapes.a_batch;
+    const Shape& b_batch = shapes.b_batch;
+    const Shape& out_shape = shapes.output;
     TRAIND_RETURN_IF_ERROR(CheckBlasDims(m, n, k));
-    const Shape a_batch(a_shape.begin(), a_shape.end() - 2);
-    const Shape b_batch(b_shape.begin(), b_shape.end() - 2);
     const Shape* batch_shapes[] = {&a_batch, &b_batch};
     TRAIND_ASSIGN_OR_RETURN(BroadcastPlan batches, BroadcastPlan::Make(batch_shapes));
-    Shape out_shape = batches.output_shape();
-    if (a->rank() > 1) out_shape.push_back(m);
-    if (b->rank() > 1) out_shape.push_back(n);
     TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, a->dtype(), out_shape));
     if (y->num_elements() == 0) return absl::OkStatus();
 
@@ -239,45 +302,16 @@ class PreparedWeights {
 
 class GemmKernel final : public Kernel {
  public:
-  // `c_must_be_mn`: Gemm-6 without attribute broadcast = 1 requires C to be exactly [M, N]. `has_c_input`: the
-  // node names a C.
-  GemmKernel(bool trans_a, bool trans_b, float alpha, float beta, bool c_must_be_mn, bool has_c_input)
-      : trans_a_(trans_a), trans_b_(trans_b), alpha_(alpha), beta_(beta), c_must_be_mn_(c_must_be_mn),
-        has_c_input_(has_c_input) {}
+  // `has_c_input`: the node names a C.
+  GemmKernel(GemmAttributes attributes, bool has_c_input) : attributes_(attributes), has_c_input_(has_c_input) {}
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* a, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* b, context.RequiredInput(1));
     const Tensor* c = context.input(2);
-    if (a->rank() != 2 || b->rank() != 2 || a->dtype() != b->dtype() ||
-        (c != nullptr && (c->dtype() != a->dtype() || c->rank() > 2))) {
-      return absl::InvalidArgumentError("Gemm: A and B must be matrices, C rank <= 2, one dtype");
-    }
-    const int64_t m = trans_a_ ? a->dim(1) : a->dim(0);
-    const int64_t k = trans_a_ ? a->dim(0) : a->dim(1);
-    const int64_t n = trans_b_ ? b->dim(0) : b->dim(1);
-    if ((trans_b_ ? b->dim(1) : b->dim(0)) != k) {
-      return absl::InvalidArgumentError(absl::StrCat("Gemm: ", a->DebugString(), " x ",
-                                                     b->DebugString(), " inner dims differ"));
-    }
+    TRAIND_ASSIGN_OR_RETURN(const GemmShapes shapes, CheckGemmInputs(*a, *b, c, attributes_));
+    const int64_t m = shapes.m, n = shapes.n, k = shapes.k, c_rows = shapes.c_rows, c_cols = shapes.c_cols;
     TRAIND_RETURN_IF_ERROR(CheckBlasDims(m, n, k));
-    // C broadcasts unidirectionally to [M, N].
-    int64_t c_rows = 1, c_cols = 1;
-    if (c != nullptr && c->rank() == 2) {
-      c_rows = c->dim(0);
-      c_cols = c->dim(1);
-    } else if (c != nullptr && c->rank() == 1) {
-      c_cols = c->dim(0);
-    }
-    if (c_must_be_mn_ && c != nullptr && c->shape() != Shape{m, n}) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Gemm: C ", c->DebugString(), " must be [", m, ",", n,
-          "] unless attribute 'broadcast' is 1 (opset 6)"));
-    }
-    if ((c_rows != 1 && c_rows != m) || (c_cols != 1 && c_cols != n)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Gemm: C ", c->DebugString(), " does not broadcast to [", m, ",", n, "]"));
-    }
     TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, a->dtype(), {m, n}));
     if (prepared_ != nullptr && prepared_->IsFor(*b) && m > 0 && a->dtype() == DataType::kFloat32 &&
         a->dim(1) == prepared_->k()) {
@@ -287,11 +321,11 @@ class GemmKernel final : public Kernel {
     return DispatchAmong<TRAIND_FLOAT_TYPES>(a->dtype(), "Gemm", [&](auto tag) {
       using T = typename decltype(tag)::type;
       T* y_data = y->mutable_data<T>();
-      const bool use_c = c != nullptr && beta_ != 0.0f && c->num_elements() > 0;
+      const bool use_c = c != nullptr && attributes_.beta != 0.0f && c->num_elements() > 0;
       if (use_c) {
         // Y = beta * broadcast(C) first; the GEMM then accumulates into it (beta = 1).
         const T* c_data = c->data<T>();
-        const T beta = static_cast<T>(beta_);
+        const T beta = static_cast<T>(attributes_.beta);
         for (int64_t i = 0; i < m; ++i) {
           const T* c_row = c_data + (c_rows == 1 ? 0 : i * c_cols);
           T* y_row = y_data + i * n;
@@ -302,8 +336,8 @@ class GemmKernel final : public Kernel {
           }
         }
       }
-      return Gemm<T>(trans_a_, trans_b_, m, n, k, alpha_, a->data<T>(), a->dim(1), b->data<T>(),
-                     b->dim(1), use_c ? 1.0f : 0.0f, y_data, n);
+      return Gemm<T>(attributes_.trans_a, attributes_.trans_b, m, n, k, attributes_.alpha, a->data<T>(), a->dim(1),
+                     b->data<T>(), b->dim(1), use_c ? 1.0f : 0.0f, y_data, n);
     });
   }
 
@@ -311,11 +345,12 @@ class GemmKernel final : public Kernel {
   int64_t PrepareConstants(const std::vector<const Tensor*>& constants) override {
     const Tensor* b = constants.size() > 1 ? constants[1] : nullptr;
     const Tensor* c = constants.size() > 2 ? constants[2] : nullptr;
-    const bool has_c = has_c_input_ && beta_ != 0.0f;
-    if (b == nullptr || b->rank() != 2 || trans_a_ || alpha_ != 1.0f || c_must_be_mn_ || (has_c && c == nullptr)) {
+    const bool has_c = has_c_input_ && attributes_.beta != 0.0f;
+    if (b == nullptr || b->rank() != 2 || attributes_.trans_a || attributes_.alpha != 1.0f ||
+        attributes_.c_must_be_mn || (has_c && c == nullptr)) {
       return 0;
     }
-    const int64_t n = trans_b_ ? b->dim(0) : b->dim(1);
+    const int64_t n = attributes_.trans_b ? b->dim(0) : b->dim(1);
     std::vector<float> bias;
     if (has_c) {
       // C broadcast from a row: one value or N of them.
@@ -323,18 +358,14 @@ class GemmKernel final : public Kernel {
       const int64_t columns = c->rank() == 0 ? 1 : c->shape().back();
       if (columns != 1 && columns != n) return 0;
       bias.resize(static_cast<size_t>(n));
-      for (int64_t j = 0; j < n; ++j) bias[j] = beta_ * c->data<float>()[columns == 1 ? 0 : j];
+      for (int64_t j = 0; j < n; ++j) bias[j] = attributes_.beta * c->data<float>()[columns == 1 ? 0 : j];
     }
-    prepared_ = PreparedWeights::Make(*b, trans_b_, std::move(bias));
+    prepared_ = PreparedWeights::Make(*b, attributes_.trans_b, std::move(bias));
     return prepared_ == nullptr ? 0 : prepared_->bytes();
   }
 
  private:
-  bool trans_a_;
-  bool trans_b_;
-  float alpha_;
-  float beta_;
-  bool c_must_be_mn_;
+  GemmAttributes attributes_;
   bool has_c_input_;
   std::unique_ptr<const PreparedWeights> prepared_;  // set by PrepareConstants, then read-only
 };
@@ -346,24 +377,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateMatMulKernel(const KernelInit&) {
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateGemmKernel(const KernelInit& init) {
-  TRAIND_ASSIGN_OR_RETURN(int64_t trans_a, init.GetInt("transA", 0));
-  TRAIND_ASSIGN_OR_RETURN(int64_t trans_b, init.GetInt("transB", 0));
-  TRAIND_ASSIGN_OR_RETURN(float alpha, init.GetFloat("alpha", 1.0f));
-  TRAIND_ASSIGN_OR_RETURN(float beta, init.GetFloat("beta", 1.0f));
-  // Opset 6's `broadcast` attribute (removed in 7, where C always broadcasts unidirectionally).
-  bool c_must_be_mn = false;
-  if (init.opset() < 7) {
-    TRAIND_ASSIGN_OR_RETURN(int64_t broadcast, init.GetInt("broadcast", 0));
-    if (broadcast != 0 && broadcast != 1) {
-      return init.Error("attribute 'broadcast' must be 0 or 1");
-    }
-    c_must_be_mn = broadcast == 0;
-  }
-  if (init.opset() < 11 && !init.has_input(2)) {
-    return init.Error("input C is required before opset 11");
-  }
-  return std::unique_ptr<Kernel>(
-      new GemmKernel(trans_a != 0, trans_b != 0, alpha, beta, c_must_be_mn, init.has_input(2)));
+  TRAIND_ASSIGN_OR_RETURN(GemmAttributes attributes, ParseGemmAttributes(init));
+  return std::unique_ptr<Kernel>(new GemmKernel(attributes, init.has_input(2)));
 }
 
 // Gradients.

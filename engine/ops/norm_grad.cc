@@ -9,6 +9,8 @@
 //   dScale = sum(dY * xhat),  dB = sum(dY)                              (over the statistics' groups)
 //   dX = inv * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))         (within each group)
 // Every output is optional. Accumulations are in double.
+#include "engine/ops/norm_grad.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,10 +19,52 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/ops/norm_ops.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/runtime/kernel.h"
 
 namespace traind::engine {
+
+namespace {
+
+absl::Status CheckSameShape(const char* op, const Tensor& dy, const Tensor& x, const Tensor& scale) {
+  if (dy.shape() != x.shape() || dy.dtype() != x.dtype() || scale.dtype() != x.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": dY ", dy.DebugString(), " must match X ", x.DebugString(),
+                                                   " and Scale ", scale.DebugString(), " its dtype"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<BatchNormGradShape> CheckBatchNormGradInputs(const Tensor& dy, const Tensor& x, const Tensor& scale) {
+  TRAIND_RETURN_IF_ERROR(CheckSameShape("BatchNormalizationGrad", dy, x, scale));
+  if (x.rank() < 2 || scale.num_elements() != x.dim(1)) {
+    return absl::InvalidArgumentError(absl::StrCat("BatchNormalizationGrad: X ", x.DebugString(), " and Scale ",
+                                                   scale.DebugString(), " must be [N, C, ...] and [C]"));
+  }
+  BatchNormGradShape shape;
+  shape.batch = x.dim(0);
+  shape.channels = x.dim(1);
+  shape.row = DimProduct(x.shape(), 2, x.shape().size());
+  if (shape.batch * shape.row == 0) return absl::InvalidArgumentError("BatchNormalizationGrad: empty batch");
+  return shape;
+}
+
+absl::StatusOr<LayerNormGradShape> CheckLayerNormGradInputs(const Tensor& dy, const Tensor& x, const Tensor& scale,
+                                                            int64_t axis) {
+  TRAIND_RETURN_IF_ERROR(CheckSameShape("LayerNormalizationGrad", dy, x, scale));
+  TRAIND_ASSIGN_OR_RETURN(const int64_t normalized_axis, NormalizeAxis(axis, x.rank()));
+  LayerNormGradShape shape;
+  shape.rows = DimProduct(x.shape(), 0, static_cast<size_t>(normalized_axis));
+  shape.row = DimProduct(x.shape(), static_cast<size_t>(normalized_axis), x.shape().size());
+  if (scale.num_elements() != shape.row) {
+    return absl::InvalidArgumentError(absl::StrCat("LayerNormalizationGrad: Scale ", scale.DebugString(),
+                                                   " must have the normalized size of X ", x.DebugString()));
+  }
+  return shape;
+}
+
 namespace {
 
 // Allocates the outputs the graph uses: dX shaped as X, dScale and dBias shaped as Scale; unused ones stay null.
@@ -103,14 +147,6 @@ void AddBatchNormMoments(const T* __restrict x, const T* __restrict dy, int64_t 
   }
 }
 
-absl::Status CheckSameShape(const char* op, const Tensor& dy, const Tensor& x, const Tensor& scale) {
-  if (dy.shape() != x.shape() || dy.dtype() != x.dtype() || scale.dtype() != x.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": dY ", dy.DebugString(), " must match X ", x.DebugString(),
-                                                   " and Scale ", scale.DebugString(), " its dtype"));
-  }
-  return absl::OkStatus();
-}
-
 // ------------------------------------------------------------------------------------------------
 // BatchNormalizationGrad
 
@@ -122,15 +158,9 @@ class BatchNormGradKernel final : public Kernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* scale, context.RequiredInput(2));
-    TRAIND_RETURN_IF_ERROR(CheckSameShape("BatchNormalizationGrad", *dy, *x, *scale));
-    if (x->rank() < 2 || scale->num_elements() != x->dim(1)) {
-      return absl::InvalidArgumentError(absl::StrCat("BatchNormalizationGrad: X ", x->DebugString(), " and Scale ",
-                                                     scale->DebugString(), " must be [N, C, ...] and [C]"));
-    }
-    const int64_t batch = x->dim(0), channels = x->dim(1);
-    const int64_t row = DimProduct(x->shape(), 2, x->shape().size());
+    TRAIND_ASSIGN_OR_RETURN(const BatchNormGradShape shape, CheckBatchNormGradInputs(*dy, *x, *scale));
+    const int64_t batch = shape.batch, channels = shape.channels, row = shape.row;
     const int64_t count = batch * row;
-    if (count == 0) return absl::InvalidArgumentError("BatchNormalizationGrad: empty batch");
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "BatchNormalizationGrad", [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
       T *dx = nullptr, *dscale = nullptr, *dbias = nullptr;
@@ -206,14 +236,8 @@ class LayerNormGradKernel final : public Kernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* scale, context.RequiredInput(2));
-    TRAIND_RETURN_IF_ERROR(CheckSameShape("LayerNormalizationGrad", *dy, *x, *scale));
-    TRAIND_ASSIGN_OR_RETURN(const int64_t axis, NormalizeAxis(axis_, x->rank()));
-    const int64_t rows = DimProduct(x->shape(), 0, static_cast<size_t>(axis));
-    const int64_t row = DimProduct(x->shape(), static_cast<size_t>(axis), x->shape().size());
-    if (scale->num_elements() != row) {
-      return absl::InvalidArgumentError(absl::StrCat("LayerNormalizationGrad: Scale ", scale->DebugString(),
-                                                     " must have the normalized size of X ", x->DebugString()));
-    }
+    TRAIND_ASSIGN_OR_RETURN(const LayerNormGradShape shape, CheckLayerNormGradInputs(*dy, *x, *scale, axis_));
+    const int64_t rows = shape.rows, row = shape.row;
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "LayerNormalizationGrad", [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
       T *dx = nullptr, *dscale = nullptr, *dbias = nullptr;
@@ -304,24 +328,16 @@ class LayerNormGradKernel final : public Kernel {
   float epsilon_;
 };
 
-absl::StatusOr<float> ParseGradEpsilon(const KernelInit& init) {
-  TRAIND_ASSIGN_OR_RETURN(float epsilon, init.GetFloat("epsilon", 1e-5f));
-  if (!(epsilon >= 0.0f) || !std::isfinite(epsilon)) {
-    return init.Error(absl::StrCat("attribute 'epsilon' must be finite and >= 0, got ", epsilon));
-  }
-  return epsilon;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateBatchNormalizationGradKernel(const KernelInit& init) {
-  TRAIND_ASSIGN_OR_RETURN(float epsilon, ParseGradEpsilon(init));
+  TRAIND_ASSIGN_OR_RETURN(float epsilon, ParseNormEpsilon(init));
   return std::unique_ptr<Kernel>(new BatchNormGradKernel(epsilon));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateLayerNormalizationGradKernel(const KernelInit& init) {
   TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", -1));
-  TRAIND_ASSIGN_OR_RETURN(float epsilon, ParseGradEpsilon(init));
+  TRAIND_ASSIGN_OR_RETURN(float epsilon, ParseNormEpsilon(init));
   return std::unique_ptr<Kernel>(new LayerNormGradKernel(axis, epsilon));
 }
 

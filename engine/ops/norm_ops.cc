@@ -4,6 +4,8 @@
 // All three are memory-bound: each is one parallel loop over independent groups (a channel, an
 // (image, channel) plane, a row) whose inner loops are contiguous and vectorisable. Statistics use
 // double accumulators; the variance is the biased one everywhere, as ONNX specifies.
+#include "engine/ops/norm_ops.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,6 +20,130 @@
 #include "engine/runtime/kernel.h"
 
 namespace traind::engine {
+namespace {
+
+absl::Status CheckVector(const char* op, const char* what, const Tensor* t, const Tensor& x, int64_t size) {
+  if (t->dtype() != x.dtype()) {
+    return absl::UnimplementedError(
+        absl::StrCat(op, ": ", what, " dtype ", DataTypeName(t->dtype()), " differs from the input's"));
+  }
+  if (t->num_elements() != size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", what, " ", t->DebugString(), " must have ", size, " elements"));
+  }
+  return absl::OkStatus();
+}
+
+// Scale and B broadcast to the normalized shape X.shape[axis:]. Supported: one element (true), or the full
+// normalized shape up to leading 1s (false); other broadcasts are kUnimplemented.
+absl::StatusOr<bool> CheckLayerNormParameter(const char* what, const Tensor& t, const Tensor& x,
+                                             const Shape& normalized) {
+  if (t.dtype() != x.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat("LayerNormalization: ", what, " dtype differs from X"));
+  }
+  const Shape* shapes[] = {&t.shape(), &normalized};
+  auto broadcast = BroadcastShapes(shapes);
+  if (!broadcast.ok() || *broadcast != normalized) {
+    return absl::InvalidArgumentError(absl::StrCat("LayerNormalization: ", what, " ", t.DebugString(),
+                                                   " does not broadcast to ", ShapeToString(normalized)));
+  }
+  if (t.num_elements() == 1) return true;
+  if (t.num_elements() == DimProduct(normalized, 0, normalized.size())) return false;
+  return absl::UnimplementedError(
+      absl::StrCat("LayerNormalization: partial broadcast of ", what, " ", t.DebugString()));
+}
+
+}  // namespace
+
+absl::StatusOr<float> ParseNormEpsilon(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(float epsilon, init.GetFloat("epsilon", 1e-5f));
+  if (!(epsilon >= 0.0f) || !std::isfinite(epsilon)) {
+    return init.Error(absl::StrCat("attribute 'epsilon' must be finite and >= 0, got ", epsilon));
+  }
+  return epsilon;
+}
+
+absl::StatusOr<BatchNormAttributes> ParseBatchNormAttributes(const KernelInit& init) {
+  BatchNormAttributes attributes;
+  TRAIND_ASSIGN_OR_RETURN(attributes.epsilon, ParseNormEpsilon(init));
+  TRAIND_ASSIGN_OR_RETURN(attributes.momentum, init.GetFloat("momentum", 0.9f));
+  if (!std::isfinite(attributes.momentum)) return init.Error("attribute 'momentum' must be finite");
+  if (init.opset() >= 14) {
+    TRAIND_ASSIGN_OR_RETURN(int64_t training_mode, init.GetInt("training_mode", 0));
+    if (training_mode != 0 && training_mode != 1) {
+      return init.Error(absl::StrCat("attribute 'training_mode' must be 0 or 1, got ", training_mode));
+    }
+    attributes.training = training_mode == 1;
+    if (!attributes.training && init.num_outputs() > 1) {
+      return init.Error("running_mean / running_var outputs need training_mode=1");
+    }
+  } else {
+    // Before opset 14 the training form is chosen by the extra outputs (mean, var, saved_mean,
+    // saved_var), or by is_test=0 in opset 6; only the inference form is implemented.
+    int64_t is_test = 1;
+    if (init.opset() < 7) {
+      TRAIND_ASSIGN_OR_RETURN(is_test, init.GetInt("is_test", 0));
+    }
+    if (init.num_outputs() > 1 || is_test == 0) {
+      return init.Unsupported("training-mode BatchNormalization before opset 14");
+    }
+  }
+  if (init.opset() < 9) {
+    TRAIND_ASSIGN_OR_RETURN(int64_t spatial, init.GetInt("spatial", 1));
+    if (spatial != 0 && spatial != 1) {
+      return init.Error(absl::StrCat("attribute 'spatial' must be 0 or 1, got ", spatial));
+    }
+    attributes.spatial = spatial == 1;
+  }
+  return attributes;
+}
+
+absl::StatusOr<BatchNormShape> CheckBatchNormInputs(const Tensor& x, const Tensor* const parameters[4],
+                                                    const BatchNormAttributes& attributes) {
+  if (x.rank() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BatchNormalization: input must be [N, C, ...], got ", x.DebugString()));
+  }
+  const int64_t inner = DimProduct(x.shape(), 2, x.shape().size());
+  BatchNormShape shape;
+  shape.batch = x.dim(0);
+  shape.features = attributes.spatial ? x.dim(1) : x.dim(1) * inner;
+  shape.row = attributes.spatial ? inner : 1;
+  static const char* const kNames[] = {"scale", "B", "input_mean", "input_var"};
+  for (int i = 0; i < 4; ++i) {
+    TRAIND_RETURN_IF_ERROR(CheckVector("BatchNormalization", kNames[i], parameters[i], x, shape.features));
+  }
+  if (attributes.training && shape.batch * shape.row == 0) {
+    return absl::InvalidArgumentError("BatchNormalization: training mode on an empty batch");
+  }
+  return shape;
+}
+
+absl::StatusOr<LayerNormAttributes> ParseLayerNormAttributes(const KernelInit& init) {
+  LayerNormAttributes attributes;
+  TRAIND_ASSIGN_OR_RETURN(attributes.axis, init.GetInt("axis", -1));
+  TRAIND_ASSIGN_OR_RETURN(attributes.epsilon, ParseNormEpsilon(init));
+  TRAIND_ASSIGN_OR_RETURN(int64_t stash_type, init.GetInt("stash_type", 1));
+  if (stash_type != 1) return init.Unsupported(absl::StrCat("stash_type ", stash_type, " (only 1, float)"));
+  return attributes;
+}
+
+absl::StatusOr<LayerNormShape> CheckLayerNormInputs(const Tensor& x, const Tensor& scale, const Tensor* bias,
+                                                    int64_t axis) {
+  TRAIND_ASSIGN_OR_RETURN(const int64_t normalized_axis, NormalizeAxis(axis, x.rank()));
+  const Shape normalized(x.shape().begin() + normalized_axis, x.shape().end());
+  LayerNormShape shape;
+  shape.rows = DimProduct(x.shape(), 0, static_cast<size_t>(normalized_axis));
+  shape.row = DimProduct(x.shape(), static_cast<size_t>(normalized_axis), x.shape().size());
+  TRAIND_ASSIGN_OR_RETURN(shape.scale_is_scalar, CheckLayerNormParameter("Scale", scale, x, normalized));
+  if (bias != nullptr) {
+    TRAIND_ASSIGN_OR_RETURN(shape.bias_is_scalar, CheckLayerNormParameter("B", *bias, x, normalized));
+  }
+  shape.statistics = x.shape();
+  for (size_t d = static_cast<size_t>(normalized_axis); d < shape.statistics.size(); ++d) shape.statistics[d] = 1;
+  return shape;
+}
+
 namespace {
 
 // Lanes of independent double accumulators: lets the compiler vectorise the reductions.
@@ -135,18 +261,6 @@ int64_t GroupGrain(int64_t group_size) {
   return std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, group_size));
 }
 
-absl::Status CheckVector(const char* op, const char* what, const Tensor* t, const Tensor& x, int64_t size) {
-  if (t->dtype() != x.dtype()) {
-    return absl::UnimplementedError(
-        absl::StrCat(op, ": ", what, " dtype ", DataTypeName(t->dtype()), " differs from the input's"));
-  }
-  if (t->num_elements() != size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", what, " ", t->DebugString(), " must have ", size, " elements"));
-  }
-  return absl::OkStatus();
-}
-
 // ------------------------------------------------------------------------------------------------
 // BatchNormalization
 
@@ -154,8 +268,7 @@ class BatchNormKernel final : public Kernel {
  public:
   // `spatial` false (opsets 6-8): statistics per (channel, spatial position), i.e. the parameters
   // cover all of [C, D1, ...].
-  BatchNormKernel(float epsilon, float momentum, bool training, bool spatial)
-      : epsilon_(epsilon), momentum_(momentum), training_(training), spatial_(spatial) {}
+  explicit BatchNormKernel(BatchNormAttributes attributes) : attributes_(attributes) {}
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
@@ -163,19 +276,9 @@ class BatchNormKernel final : public Kernel {
     for (int i = 0; i < 4; ++i) {
       TRAIND_ASSIGN_OR_RETURN(params[i], context.RequiredInput(i + 1));
     }
-    if (x->rank() < 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("BatchNormalization: input must be [N, C, ...], got ", x->DebugString()));
-    }
-    // Rows of `inner` contiguous elements; row r belongs to feature r % features.
-    const int64_t batch = x->dim(0);
-    const int64_t inner = DimProduct(x->shape(), 2, x->shape().size());
-    const int64_t features = spatial_ ? x->dim(1) : x->dim(1) * inner;
-    const int64_t row = spatial_ ? inner : 1;
-    static const char* const kNames[] = {"scale", "B", "input_mean", "input_var"};
-    for (int i = 0; i < 4; ++i) {
-      TRAIND_RETURN_IF_ERROR(CheckVector("BatchNormalization", kNames[i], params[i], *x, features));
-    }
+    TRAIND_ASSIGN_OR_RETURN(const BatchNormShape shape, CheckBatchNormInputs(*x, params, attributes_));
+    const int64_t batch = shape.batch, features = shape.features, row = shape.row;
+    const float epsilon = attributes_.epsilon;
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "BatchNormalization", [&](auto tag) {
       using T = typename decltype(tag)::type;
       TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), x->shape()));
@@ -185,11 +288,11 @@ class BatchNormKernel final : public Kernel {
       const T* bias = params[1]->data<T>();
       const T* mean = params[2]->data<T>();
       const T* var = params[3]->data<T>();
-      if (!training_) {
+      if (!attributes_.training) {
         context.threads().ParallelFor(batch * features, GroupGrain(row), [&](int64_t b, int64_t e) {
           for (int64_t r = b; r < e; ++r) {
             const int64_t f = r % features;
-            const T a = static_cast<T>(scale[f] / std::sqrt(static_cast<double>(var[f]) + epsilon_));
+            const T a = static_cast<T>(scale[f] / std::sqrt(static_cast<double>(var[f]) + epsilon));
             Normalize(in + r * row, out + r * row, row, mean[f], T(0), a, bias[f]);
           }
         });
@@ -202,9 +305,7 @@ class BatchNormKernel final : public Kernel {
       T* running_mean_data = running_mean->mutable_data<T>();
       T* running_var_data = running_var->mutable_data<T>();
       const int64_t count = batch * row;
-      if (count == 0) {
-        return absl::InvalidArgumentError("BatchNormalization: training mode on an empty batch");
-      }
+      // count > 0: CheckBatchNormInputs refuses training mode on an empty batch.
       // Both passes walk the tensor in memory order, one [n, f] row of `row` elements at a time: a channel's
       // rows lie a whole image apart, so a channel-by-channel walk would start a new stream every few KB and
       // defeat the prefetchers (it ran at a third of the memory bandwidth). Pass 1 sums each row into its own
@@ -224,7 +325,7 @@ class BatchNormKernel final : public Kernel {
       });
       // Per channel: the normalisation as center (the shift), a small float offset, a scale and a shift.
       std::vector<T> offsets(static_cast<size_t>(features)), scales(static_cast<size_t>(features));
-      const double momentum = momentum_;
+      const double momentum = attributes_.momentum;
       for (int64_t f = 0; f < features; ++f) {
         double sum = 0, squares = 0;
         for (int64_t n = 0; n < batch; ++n) {
@@ -237,7 +338,7 @@ class BatchNormKernel final : public Kernel {
         running_mean_data[f] = static_cast<T>(mean[f] * momentum + batch_mean * (1.0 - momentum));
         running_var_data[f] = static_cast<T>(var[f] * momentum + batch_var * (1.0 - momentum));
         offsets[f] = static_cast<T>(shifted_mean);
-        scales[f] = static_cast<T>(scale[f] / std::sqrt(batch_var + epsilon_));
+        scales[f] = static_cast<T>(scale[f] / std::sqrt(batch_var + epsilon));
       }
       context.threads().ParallelFor(rows, GroupGrain(row), [&](int64_t b, int64_t e) {
         for (int64_t r = b; r < e; ++r) {
@@ -250,10 +351,7 @@ class BatchNormKernel final : public Kernel {
   }
 
  private:
-  float epsilon_;
-  float momentum_;
-  bool training_;
-  bool spatial_;
+  BatchNormAttributes attributes_;
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -306,24 +404,17 @@ class InstanceNormKernel final : public Kernel {
 
 class LayerNormKernel final : public Kernel {
  public:
-  LayerNormKernel(int64_t axis, float epsilon) : axis_(axis), epsilon_(epsilon) {}
+  explicit LayerNormKernel(LayerNormAttributes attributes) : attributes_(attributes) {}
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* scale, context.RequiredInput(1));
     const Tensor* bias = context.input(2);
-    TRAIND_ASSIGN_OR_RETURN(const int64_t axis, NormalizeAxis(axis_, x->rank()));
-    const Shape normalized(x->shape().begin() + axis, x->shape().end());
-    const int64_t rows = DimProduct(x->shape(), 0, static_cast<size_t>(axis));
-    const int64_t row = DimProduct(x->shape(), static_cast<size_t>(axis), x->shape().size());
-    TRAIND_ASSIGN_OR_RETURN(const bool scale_is_scalar, CheckParameter("Scale", *scale, *x, normalized));
-    bool bias_is_scalar = false;
-    if (bias != nullptr) {
-      TRAIND_ASSIGN_OR_RETURN(bias_is_scalar, CheckParameter("B", *bias, *x, normalized));
-    }
-    // Mean and InvStdDev keep the reduced dims as 1s; stash_type 1 makes them float.
-    Shape stat_shape = x->shape();
-    for (size_t d = static_cast<size_t>(axis); d < stat_shape.size(); ++d) stat_shape[d] = 1;
+    TRAIND_ASSIGN_OR_RETURN(const LayerNormShape shape, CheckLayerNormInputs(*x, *scale, bias, attributes_.axis));
+    const int64_t rows = shape.rows, row = shape.row;
+    const bool scale_is_scalar = shape.scale_is_scalar, bias_is_scalar = shape.bias_is_scalar;
+    const Shape& stat_shape = shape.statistics;
+    const float epsilon = attributes_.epsilon;
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "LayerNormalization", [&](auto tag) {
       using T = typename decltype(tag)::type;
       TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), x->shape()));
@@ -342,7 +433,7 @@ class LayerNormKernel final : public Kernel {
           T* dst = out + r * row;
           const double mean = Sum(src, row) / static_cast<double>(row);
           const double var = SquaredDeviationSum(src, row, mean) / static_cast<double>(row);
-          const double inv_std = 1.0 / std::sqrt(var + epsilon_);
+          const double inv_std = 1.0 / std::sqrt(var + epsilon);
           means[r] = static_cast<float>(mean);
           inv_stds[r] = static_cast<float>(inv_std);
           // Center on a value of the row plus a small offset, as in Normalize().
@@ -365,87 +456,24 @@ class LayerNormKernel final : public Kernel {
   }
 
  private:
-  // Scale and B broadcast to the normalized shape X.shape[axis:]. Supported: one element (true),
-  // or the full normalized shape up to leading 1s (false); other broadcasts are kUnimplemented.
-  static absl::StatusOr<bool> CheckParameter(const char* what, const Tensor& t, const Tensor& x,
-                                             const Shape& normalized) {
-    if (t.dtype() != x.dtype()) {
-      return absl::InvalidArgumentError(absl::StrCat("LayerNormalization: ", what, " dtype differs from X"));
-    }
-    const Shape* shapes[] = {&t.shape(), &normalized};
-    auto broadcast = BroadcastShapes(shapes);
-    if (!broadcast.ok() || *broadcast != normalized) {
-      return absl::InvalidArgumentError(absl::StrCat("LayerNormalization: ", what, " ", t.DebugString(),
-                                                     " does not broadcast to ", ShapeToString(normalized)));
-    }
-    if (t.num_elements() == 1) return true;
-    if (t.num_elements() == DimProduct(normalized, 0, normalized.size())) return false;
-    return absl::UnimplementedError(
-        absl::StrCat("LayerNormalization: partial broadcast of ", what, " ", t.DebugString()));
-  }
-
-  int64_t axis_;
-  float epsilon_;
+  LayerNormAttributes attributes_;
 };
-
-absl::StatusOr<float> ParseEpsilon(const KernelInit& init) {
-  TRAIND_ASSIGN_OR_RETURN(float epsilon, init.GetFloat("epsilon", 1e-5f));
-  if (!(epsilon >= 0.0f) || !std::isfinite(epsilon)) {
-    return init.Error(absl::StrCat("attribute 'epsilon' must be finite and >= 0, got ", epsilon));
-  }
-  return epsilon;
-}
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateBatchNormalizationKernel(const KernelInit& init) {
-  TRAIND_ASSIGN_OR_RETURN(float epsilon, ParseEpsilon(init));
-  TRAIND_ASSIGN_OR_RETURN(float momentum, init.GetFloat("momentum", 0.9f));
-  if (!std::isfinite(momentum)) return init.Error("attribute 'momentum' must be finite");
-  bool training = false;
-  if (init.opset() >= 14) {
-    TRAIND_ASSIGN_OR_RETURN(int64_t training_mode, init.GetInt("training_mode", 0));
-    if (training_mode != 0 && training_mode != 1) {
-      return init.Error(absl::StrCat("attribute 'training_mode' must be 0 or 1, got ", training_mode));
-    }
-    training = training_mode == 1;
-    if (!training && init.num_outputs() > 1) {
-      return init.Error("running_mean / running_var outputs need training_mode=1");
-    }
-  } else {
-    // Before opset 14 the training form is chosen by the extra outputs (mean, var, saved_mean,
-    // saved_var), or by is_test=0 in opset 6; only the inference form is implemented.
-    int64_t is_test = 1;
-    if (init.opset() < 7) {
-      TRAIND_ASSIGN_OR_RETURN(is_test, init.GetInt("is_test", 0));
-    }
-    if (init.num_outputs() > 1 || is_test == 0) {
-      return init.Unsupported("training-mode BatchNormalization before opset 14");
-    }
-  }
-  int64_t spatial = 1;
-  if (init.opset() < 9) {
-    TRAIND_ASSIGN_OR_RETURN(spatial, init.GetInt("spatial", 1));
-    if (spatial != 0 && spatial != 1) {
-      return init.Error(absl::StrCat("attribute 'spatial' must be 0 or 1, got ", spatial));
-    }
-  }
-  return std::unique_ptr<Kernel>(new BatchNormKernel(epsilon, momentum, training, spatial == 1));
+  TRAIND_ASSIGN_OR_RETURN(BatchNormAttributes attributes, ParseBatchNormAttributes(init));
+  return std::unique_ptr<Kernel>(new BatchNormKernel(attributes));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateInstanceNormalizationKernel(const KernelInit& init) {
-  TRAIND_ASSIGN_OR_RETURN(float epsilon, ParseEpsilon(init));
+  TRAIND_ASSIGN_OR_RETURN(float epsilon, ParseNormEpsilon(init));
   return std::unique_ptr<Kernel>(new InstanceNormKernel(epsilon));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateLayerNormalizationKernel(const KernelInit& init) {
-  TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", -1));
-  TRAIND_ASSIGN_OR_RETURN(float epsilon, ParseEpsilon(init));
-  TRAIND_ASSIGN_OR_RETURN(int64_t stash_type, init.GetInt("stash_type", 1));
-  if (stash_type != 1) {
-    return init.Unsupported(absl::StrCat("stash_type ", stash_type, " (only 1, float)"));
-  }
-  return std::unique_ptr<Kernel>(new LayerNormKernel(axis, epsilon));
+  TRAIND_ASSIGN_OR_RETURN(LayerNormAttributes attributes, ParseLayerNormAttributes(init));
+  return std::unique_ptr<Kernel>(new LayerNormKernel(attributes));
 }
 
 // Gradients of normalisation over `axes` (keepdims everywhere), from the recomputed statistics:

@@ -59,6 +59,8 @@
 // step computes torch.optim.SGD exactly: at T = 0 ONNX uses beta = 1, so V' = G_reg, which is torch's
 // first-step buffer; afterwards V' = alpha V + beta G_reg is torch's buf update. (SGD without momentum is
 // Momentum with alpha = 0, beta = 1.) optimizers_test.cc checks this step by step.
+#include "engine/ops/optimizers.h"
+
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -373,32 +375,10 @@ class FusedOptimizerKernel : public Kernel {
       : parameters_(parameters), states_(states), max_grad_norm_(max_grad_norm) {}
 
   absl::Status Compute(KernelContext& context) const override {
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* lr, context.RequiredInput(0));
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* step, context.RequiredInput(1));
-    if (lr->dtype() != DataType::kFloat32 || lr->num_elements() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(name(), ": learning_rate must be a float scalar"));
-    }
-    if (step->dtype() != DataType::kInt64 || step->num_elements() != 1 || *step->data<int64_t>() < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name(), ": step must be an int64 scalar >= 1 (the 1-based step being taken)"));
-    }
+    TRAIND_ASSIGN_OR_RETURN(const FusedOptimizerInputs checked,
+                            CheckFusedOptimizerInputs(name(), context.inputs(), parameters_, states_));
+    const std::vector<std::vector<const Tensor*>>& tensors = checked.tensors;
     const int group = 2 + states_;
-    std::vector<std::vector<const Tensor*>> tensors(parameters_);
-    for (int p = 0; p < parameters_; ++p) {
-      for (int k = 0; k < group; ++k) {
-        TRAIND_ASSIGN_OR_RETURN(const Tensor* tensor, context.RequiredInput(2 + p * group + k));
-        if (tensor->dtype() != DataType::kFloat32) {
-          return absl::UnimplementedError(absl::StrCat(name(), ": input ", 2 + p * group + k, " is ",
-                                                       DataTypeName(tensor->dtype()), "; only float32 is supported"));
-        }
-        if (k > 0 && tensor->shape() != tensors[p][0]->shape()) {
-          return absl::InvalidArgumentError(absl::StrCat(name(), ": input ", 2 + p * group + k, " has shape ",
-                                                         ShapeToString(tensor->shape()), " but its parameter has ",
-                                                         ShapeToString(tensors[p][0]->shape())));
-        }
-        tensors[p].push_back(tensor);
-      }
-    }
     const double sum_of_squares = SumOfSquares(context, tensors);
     TRAIND_ASSIGN_OR_RETURN(Tensor * skipped, context.AllocateOutput(0, DataType::kBool, Shape{}));
     // Every float32 square is below 2^256, so the float64 sum overflows for no realistic count: the sum is not
@@ -419,8 +399,8 @@ class FusedOptimizerKernel : public Kernel {
       const float clip = max_grad_norm_ / (total_norm + 1e-6f);
       gradient_scale = std::min(clip, 1.0f);
     }
-    const float learning_rate = *lr->data<float>();
-    const int64_t step_number = *step->data<int64_t>();
+    const float learning_rate = checked.learning_rate;
+    const int64_t step_number = checked.step;
     for (int p = 0; p < parameters_; ++p) {
       // Each updated tensor (p', states') is its input's buffer when the caller donated it (an Optimizer updating
       // its CheckpointState in place), else a fresh one that starts as a copy of the input.
@@ -596,8 +576,19 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateAdagradKernel(const KernelInit& in
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateAdamWKernel(const KernelInit& init) {
-  TRAIND_ASSIGN_OR_RETURN(int n, CountFusedParameters(init, 2));
-  AdamWOptions options;  // Defaults as in the schema (torch.optim.AdamW's, weight decay 0).
+  TRAIND_ASSIGN_OR_RETURN(FusedAdamWAttributes attributes, ParseFusedAdamWAttributes(init));
+  return std::unique_ptr<Kernel>(new AdamWKernel(attributes.parameters, attributes.max_grad_norm, attributes.options));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateSgdKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(FusedSgdAttributes attributes, ParseFusedSgdAttributes(init));
+  return std::unique_ptr<Kernel>(new SgdKernel(attributes.parameters, attributes.max_grad_norm, attributes.options));
+}
+
+absl::StatusOr<FusedAdamWAttributes> ParseFusedAdamWAttributes(const KernelInit& init) {
+  FusedAdamWAttributes attributes;
+  TRAIND_ASSIGN_OR_RETURN(attributes.parameters, CountFusedParameters(init, 2));
+  AdamWOptions& options = attributes.options;  // Defaults as in the schema (torch.optim.AdamW's, weight decay 0).
   TRAIND_ASSIGN_OR_RETURN(options.beta1, init.GetFloat("beta1", 0.9f));
   TRAIND_ASSIGN_OR_RETURN(options.beta2, init.GetFloat("beta2", 0.999f));
   TRAIND_ASSIGN_OR_RETURN(options.eps, NonNegativeAttribute(init, "epsilon", 1e-8f));
@@ -607,12 +598,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateAdamWKernel(const KernelInit& init
   if (!(options.beta1 >= 0.0f && options.beta1 < 1.0f && options.beta2 >= 0.0f && options.beta2 < 1.0f)) {
     return init.Error("beta1 and beta2 must lie in [0, 1)");
   }
-  TRAIND_ASSIGN_OR_RETURN(float max_grad_norm, NonNegativeAttribute(init, "max_grad_norm", 0.0f));
-  return std::unique_ptr<Kernel>(new AdamWKernel(n, max_grad_norm, options));
+  TRAIND_ASSIGN_OR_RETURN(attributes.max_grad_norm, NonNegativeAttribute(init, "max_grad_norm", 0.0f));
+  return attributes;
 }
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreateSgdKernel(const KernelInit& init) {
-  SgdOptions options;
+absl::StatusOr<FusedSgdAttributes> ParseFusedSgdAttributes(const KernelInit& init) {
+  FusedSgdAttributes attributes;
+  SgdOptions& options = attributes.options;
   TRAIND_ASSIGN_OR_RETURN(options.momentum, NonNegativeAttribute(init, "momentum", 0.0f));
   TRAIND_ASSIGN_OR_RETURN(options.dampening, init.GetFloat("dampening", 0.0f));
   TRAIND_ASSIGN_OR_RETURN(int64_t nesterov, init.GetInt("nesterov", 0));
@@ -621,9 +613,50 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSgdKernel(const KernelInit& init) 
   if (options.nesterov && (options.momentum <= 0.0f || options.dampening != 0.0f)) {
     return init.Error("Nesterov momentum requires momentum > 0 and zero dampening");
   }
-  TRAIND_ASSIGN_OR_RETURN(int n, CountFusedParameters(init, options.momentum != 0.0f ? 1 : 0));
-  TRAIND_ASSIGN_OR_RETURN(float max_grad_norm, NonNegativeAttribute(init, "max_grad_norm", 0.0f));
-  return std::unique_ptr<Kernel>(new SgdKernel(n, max_grad_norm, options));
+  TRAIND_ASSIGN_OR_RETURN(attributes.parameters, CountFusedParameters(init, attributes.states()));
+  TRAIND_ASSIGN_OR_RETURN(attributes.max_grad_norm, NonNegativeAttribute(init, "max_grad_norm", 0.0f));
+  return attributes;
+}
+
+absl::StatusOr<FusedOptimizerInputs> CheckFusedOptimizerInputs(const char* op, absl::Span<const Tensor* const> inputs,
+                                                               int parameters, int states) {
+  const int group = 2 + states;
+  if (static_cast<int64_t>(inputs.size()) != 2 + static_cast<int64_t>(parameters) * group) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", inputs.size(), " inputs for ", parameters, " parameters"));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i] == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": input ", i, " is missing"));
+  }
+  const Tensor& lr = *inputs[0];
+  const Tensor& step = *inputs[1];
+  if (lr.dtype() != DataType::kFloat32 || lr.num_elements() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": learning_rate must be a float scalar"));
+  }
+  if (step.dtype() != DataType::kInt64 || step.num_elements() != 1 || *step.data<int64_t>() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": step must be an int64 scalar >= 1 (the 1-based step being taken)"));
+  }
+  FusedOptimizerInputs checked;
+  checked.learning_rate = *lr.data<float>();
+  checked.step = *step.data<int64_t>();
+  checked.tensors.resize(static_cast<size_t>(parameters));
+  for (int p = 0; p < parameters; ++p) {
+    for (int k = 0; k < group; ++k) {
+      const int index = 2 + p * group + k;
+      const Tensor* tensor = inputs[index];
+      if (tensor->dtype() != DataType::kFloat32) {
+        return absl::UnimplementedError(
+            absl::StrCat(op, ": input ", index, " is ", DataTypeName(tensor->dtype()), "; only float32 is supported"));
+      }
+      if (k > 0 && tensor->shape() != checked.tensors[p][0]->shape()) {
+        return absl::InvalidArgumentError(absl::StrCat(op, ": input ", index, " has shape ",
+                                                       ShapeToString(tensor->shape()), " but its parameter has ",
+                                                       ShapeToString(checked.tensors[p][0]->shape())));
+      }
+      checked.tensors[p].push_back(tensor);
+    }
+  }
+  return checked;
 }
 
 }  // namespace traind::engine

@@ -1,8 +1,9 @@
 // GPU kernels of traind's fused AdamW and SGD (optimizers.cl): parameters, gradients and moments stay on the
 // device; the learning rate and step are host inputs, the scalars derived from them computed on the host as the
-// CPU kernel does (MakeAdamWStepScalars). ONNX's Adam / Momentum / Adagrad stay on the CPU.
-#include "absl/strings/str_cat.h"
+// CPU kernel does (MakeAdamWStepScalars). ONNX's Adam / Momentum / Adagrad stay on the CPU. Their contract is
+// optimizers.h's.
 #include "engine/ops/gpu_util.h"
+#include "engine/ops/optimizers.h"
 #include "engine/training/optimizer.h"
 
 namespace traind::engine::gpu {
@@ -22,28 +23,9 @@ class FusedOptimizerGpuKernel : public GpuKernel {
   bool IsHostInput(int input) const override { return input < 2; }
 
   absl::Status Compute(GpuKernelContext& context) const override {
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* lr, context.RequiredInput(0));
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* step, context.RequiredInput(1));
-    if (lr->dtype() != DataType::kFloat32 || lr->num_elements() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(name_, ": learning_rate must be a float scalar"));
-    }
-    if (step->dtype() != DataType::kInt64 || step->num_elements() != 1 || *step->data<int64_t>() < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name_, ": step must be an int64 scalar >= 1 (the 1-based step being taken)"));
-    }
-    const int group = 2 + states_;
-    std::vector<std::vector<const Tensor*>> tensors(parameters_);
-    for (int p = 0; p < parameters_; ++p) {
-      for (int k = 0; k < group; ++k) {
-        TRAIND_ASSIGN_OR_RETURN(const Tensor* tensor, context.RequiredInput(2 + p * group + k));
-        if (tensor->dtype() != DataType::kFloat32 || (k > 0 && tensor->shape() != tensors[p][0]->shape())) {
-          return absl::InvalidArgumentError(absl::StrCat(name_, ": input ", 2 + p * group + k, " is ",
-                                                         tensor->DebugString(), ", its parameter ",
-                                                         k > 0 ? tensors[p][0]->DebugString() : "float32"));
-        }
-        tensors[p].push_back(tensor);
-      }
-    }
+    TRAIND_ASSIGN_OR_RETURN(const FusedOptimizerInputs checked,
+                            CheckFusedOptimizerInputs(name_, context.inputs(), parameters_, states_));
+    const std::vector<std::vector<const Tensor*>>& tensors = checked.tensors;
     // The global gradient norm, on the device.
     const size_t size = context.work_group_size();
     std::vector<int64_t> groups(parameters_);
@@ -67,8 +49,6 @@ class FusedOptimizerGpuKernel : public GpuKernel {
     TRAIND_RETURN_IF_ERROR(finish_.LaunchGroups(context, 1, size, partial.mem(), partial_count, state.mem(),
                                                 context.mem(*skipped), max_grad_norm_,
                                                 LocalMemory{size * sizeof(float)}));
-    const float learning_rate = *lr->data<float>();
-    const int64_t step_number = *step->data<int64_t>();
     for (int p = 0; p < parameters_; ++p) {
       std::vector<cl_mem> out;
       for (int k = 0; k < 1 + states_; ++k) {
@@ -78,8 +58,8 @@ class FusedOptimizerGpuKernel : public GpuKernel {
       }
       std::vector<cl_mem> in;
       for (const Tensor* tensor : tensors[p]) in.push_back(context.mem(*tensor));
-      TRAIND_RETURN_IF_ERROR(Update(context, learning_rate, step_number, state.mem(), in, out,
-                                    tensors[p][0]->num_elements()));
+      TRAIND_RETURN_IF_ERROR(
+          Update(context, checked.learning_rate, checked.step, state.mem(), in, out, tensors[p][0]->num_elements()));
     }
     return absl::OkStatus();
   }
@@ -158,39 +138,23 @@ absl::StatusOr<OptimizerKernels> Kernels(const GpuKernelInit& init, const char* 
   return kernels;
 }
 
-// The count of parameters of a node the CPU factory accepted: inputs are lr, step, then `group` per parameter.
-int ParameterCount(const GpuKernelInit& init, int states) { return (init.num_inputs() - 2) / (2 + states); }
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> CreateAdamWGpuKernel(const GpuKernelInit& init) {
   for (int i = 2; i < init.num_inputs(); ++i) TRAIND_RETURN_IF_ERROR(RequireFloat32(init, {i}));
-  AdamWOptions options;
-  TRAIND_ASSIGN_OR_RETURN(options.beta1, init.GetFloat("beta1", 0.9f));
-  TRAIND_ASSIGN_OR_RETURN(options.beta2, init.GetFloat("beta2", 0.999f));
-  TRAIND_ASSIGN_OR_RETURN(options.eps, init.GetFloat("epsilon", 1e-8f));
-  TRAIND_ASSIGN_OR_RETURN(options.weight_decay, init.GetFloat("weight_decay", 0.0f));
-  TRAIND_ASSIGN_OR_RETURN(const int64_t bias_correction, init.GetInt("bias_correction", 1));
-  options.bias_correction = bias_correction != 0;
-  TRAIND_ASSIGN_OR_RETURN(const float max_grad_norm, init.GetFloat("max_grad_norm", 0.0f));
+  TRAIND_ASSIGN_OR_RETURN(const FusedAdamWAttributes attributes, ParseFusedAdamWAttributes(init));
   TRAIND_ASSIGN_OR_RETURN(OptimizerKernels kernels, Kernels(init, "adamw_update_f32"));
-  return MakeGpuKernel<AdamWGpuKernel>(ParameterCount(init, 2), max_grad_norm, options, std::move(kernels.partial),
-                                       std::move(kernels.finish), std::move(kernels.update));
+  return MakeGpuKernel<AdamWGpuKernel>(attributes.parameters, attributes.max_grad_norm, attributes.options,
+                                       std::move(kernels.partial), std::move(kernels.finish),
+                                       std::move(kernels.update));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> CreateSgdGpuKernel(const GpuKernelInit& init) {
   for (int i = 2; i < init.num_inputs(); ++i) TRAIND_RETURN_IF_ERROR(RequireFloat32(init, {i}));
-  SgdOptions options;
-  TRAIND_ASSIGN_OR_RETURN(options.momentum, init.GetFloat("momentum", 0.0f));
-  TRAIND_ASSIGN_OR_RETURN(options.dampening, init.GetFloat("dampening", 0.0f));
-  TRAIND_ASSIGN_OR_RETURN(const int64_t nesterov, init.GetInt("nesterov", 0));
-  options.nesterov = nesterov != 0;
-  TRAIND_ASSIGN_OR_RETURN(options.weight_decay, init.GetFloat("weight_decay", 0.0f));
-  TRAIND_ASSIGN_OR_RETURN(const float max_grad_norm, init.GetFloat("max_grad_norm", 0.0f));
+  TRAIND_ASSIGN_OR_RETURN(const FusedSgdAttributes attributes, ParseFusedSgdAttributes(init));
   TRAIND_ASSIGN_OR_RETURN(OptimizerKernels kernels, Kernels(init, "sgd_update_f32"));
-  return MakeGpuKernel<SgdGpuKernel>(ParameterCount(init, options.momentum != 0.0f ? 1 : 0), max_grad_norm, options,
-                                     std::move(kernels.partial), std::move(kernels.finish),
-                                     std::move(kernels.update));
+  return MakeGpuKernel<SgdGpuKernel>(attributes.parameters, attributes.max_grad_norm, attributes.options,
+                                     std::move(kernels.partial), std::move(kernels.finish), std::move(kernels.update));
 }
 
 }  // namespace traind::engine::gpu

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/ops/pool_ops.h"
 #include "engine/ops/pool_window.h"
 #include "engine/ops/spatial_attributes.h"
 #include "engine/runtime/dispatch.h"
@@ -130,25 +131,15 @@ void MaxPoolBackwardPlane(const Window3& w, const TapTable& taps, const T* x, co
 
 class MaxPoolGradKernel final : public Kernel {
  public:
-  MaxPoolGradKernel(SpatialAttributes attributes, bool ceil_mode)
-      : attributes_(std::move(attributes)), ceil_mode_(ceil_mode) {}
+  explicit MaxPoolGradKernel(PoolAttributes attributes) : attributes_(std::move(attributes)) {}
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
-    if (x->rank() < 3 || x->rank() > 5 || attributes_.kernel_shape.size() != static_cast<size_t>(x->rank() - 2)) {
-      return absl::InvalidArgumentError(absl::StrCat("MaxPoolGrad: X ", x->DebugString(),
-                                                     " must be [N, C, 1-3 spatial dims] matching kernel_shape"));
-    }
-    const std::vector<int64_t> spatial(x->shape().begin() + 2, x->shape().end());
-    TRAIND_ASSIGN_OR_RETURN(WindowGeometry geometry,
-                            ResolveForwardWindow(attributes_, spatial, attributes_.kernel_shape, ceil_mode_));
-    Shape y_shape = {x->dim(0), x->dim(1)};
-    y_shape.insert(y_shape.end(), geometry.output.begin(), geometry.output.end());
-    if (dy->shape() != y_shape || dy->dtype() != x->dtype()) {
-      return absl::InvalidArgumentError(absl::StrCat("MaxPoolGrad: dY ", dy->DebugString(),
-                                                     " must have MaxPool's output shape ", ShapeToString(y_shape)));
-    }
+    TRAIND_ASSIGN_OR_RETURN(const PoolShape shape, CheckMaxPoolGradInputs(*dy, *x, attributes_));
+    if (shape.window.rank() > 3) return absl::UnimplementedError("MaxPoolGrad: more than 3 spatial dims");
+    const WindowGeometry& geometry = shape.window;
+    const Shape& y_shape = shape.output;
     const Window3 window(geometry);
     const TapTable taps(window);
     const int64_t planes = x->dim(0) * x->dim(1);
@@ -172,20 +163,14 @@ class MaxPoolGradKernel final : public Kernel {
   }
 
  private:
-  SpatialAttributes attributes_;
-  bool ceil_mode_;
+  PoolAttributes attributes_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateMaxPoolGradKernel(const KernelInit& init) {
-  TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes, SpatialAttributes::Parse(init, /*allow_dilations=*/true));
-  if (attributes.kernel_shape.empty()) return init.Error("attribute 'kernel_shape' is required");
-  TRAIND_ASSIGN_OR_RETURN(int64_t ceil_mode, init.GetInt("ceil_mode", 0));
-  if (ceil_mode != 0 && ceil_mode != 1) {
-    return init.Error(absl::StrCat("attribute 'ceil_mode' must be 0 or 1, got ", ceil_mode));
-  }
-  return std::unique_ptr<Kernel>(new MaxPoolGradKernel(std::move(attributes), ceil_mode == 1));
+  TRAIND_ASSIGN_OR_RETURN(PoolAttributes attributes, ParsePoolAttributes(init, /*max=*/true));
+  return std::unique_ptr<Kernel>(new MaxPoolGradKernel(std::move(attributes)));
 }
 
 }  // namespace traind::engine

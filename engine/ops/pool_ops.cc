@@ -5,6 +5,8 @@
 // output, a direct loop over 1-3 spatial dims. The direct loop is also the fallback when oneDNN
 // declines a configuration (for example padding wider than the kernel). Global pools are one
 // vectorised reduction per (image, channel) plane.
+#include "engine/ops/pool_ops.h"
+
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -22,6 +24,72 @@
 #include "engine/runtime/kernel.h"
 
 namespace traind::engine {
+
+absl::StatusOr<PoolAttributes> ParsePoolAttributes(const KernelInit& init, bool max) {
+  PoolAttributes attributes;
+  TRAIND_ASSIGN_OR_RETURN(attributes.spatial, SpatialAttributes::Parse(init, /*allow_dilations=*/max));
+  if (attributes.spatial.kernel_shape.empty()) return init.Error("attribute 'kernel_shape' is required");
+  TRAIND_ASSIGN_OR_RETURN(int64_t ceil_mode, init.GetInt("ceil_mode", 0));
+  int64_t count_include_pad = 0;
+  int64_t storage_order = 0;
+  if (max) {
+    TRAIND_ASSIGN_OR_RETURN(storage_order, init.GetInt("storage_order", 0));
+    if (storage_order != 0 && storage_order != 1) {
+      return init.Error(absl::StrCat("attribute 'storage_order' must be 0 or 1, got ", storage_order));
+    }
+  } else {
+    TRAIND_ASSIGN_OR_RETURN(count_include_pad, init.GetInt("count_include_pad", 0));
+  }
+  if (ceil_mode != 0 && ceil_mode != 1) {
+    return init.Error(absl::StrCat("attribute 'ceil_mode' must be 0 or 1, got ", ceil_mode));
+  }
+  if (count_include_pad != 0 && count_include_pad != 1) {
+    return init.Error(absl::StrCat("attribute 'count_include_pad' must be 0 or 1, got ", count_include_pad));
+  }
+  attributes.ceil_mode = ceil_mode == 1;
+  attributes.count_include_pad = count_include_pad == 1;
+  attributes.column_major_indices = storage_order == 1;
+  return attributes;
+}
+
+absl::StatusOr<PoolShape> CheckPoolInputs(const char* op, const Tensor& x, const PoolAttributes& attributes) {
+  if (x.rank() < 3) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": input must be [N, C, spatial...], got ", x.DebugString()));
+  }
+  const std::vector<int64_t> spatial(x.shape().begin() + 2, x.shape().end());
+  const std::vector<int64_t>& kernel = attributes.spatial.kernel_shape;
+  if (kernel.size() != spatial.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": kernel_shape has ", kernel.size(), " dims for input ", x.DebugString()));
+  }
+  PoolShape shape;
+  TRAIND_ASSIGN_OR_RETURN(shape.window,
+                          ResolveForwardWindow(attributes.spatial, spatial, kernel, attributes.ceil_mode));
+  shape.output = {x.dim(0), x.dim(1)};
+  shape.output.insert(shape.output.end(), shape.window.output.begin(), shape.window.output.end());
+  return shape;
+}
+
+absl::StatusOr<PoolShape> CheckMaxPoolGradInputs(const Tensor& dy, const Tensor& x, const PoolAttributes& attributes) {
+  TRAIND_ASSIGN_OR_RETURN(PoolShape shape, CheckPoolInputs("MaxPoolGrad", x, attributes));
+  if (dy.shape() != shape.output || dy.dtype() != x.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat("MaxPoolGrad: dY ", dy.DebugString(),
+                                                   " must have MaxPool's output shape ", ShapeToString(shape.output),
+                                                   " and X's dtype"));
+  }
+  return shape;
+}
+
+absl::StatusOr<Shape> CheckGlobalPoolInput(const char* op, const Tensor& x) {
+  if (x.rank() < 3) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": input must be [N, C, spatial...], got ", x.DebugString()));
+  }
+  Shape output(x.shape().size(), 1);
+  output[0] = x.dim(0);
+  output[1] = x.dim(1);
+  return output;
+}
+
 namespace {
 
 using dnnl::memory;
@@ -172,31 +240,15 @@ std::optional<memory::data_type> DnnlTypeOf(DataType dtype) {
 
 class PoolKernel final : public Kernel {
  public:
-  PoolKernel(PoolKind kind, SpatialAttributes attributes, bool ceil_mode, bool count_include_pad,
-             bool column_major_indices)
-      : kind_(kind),
-        attributes_(std::move(attributes)),
-        ceil_mode_(ceil_mode),
-        count_include_pad_(count_include_pad),
-        column_major_indices_(column_major_indices) {}
+  PoolKernel(PoolKind kind, PoolAttributes attributes) : kind_(kind), attributes_(std::move(attributes)) {}
 
   absl::Status Compute(KernelContext& context) const override {
     const char* name = kind_ == PoolKind::kMax ? "MaxPool" : "AveragePool";
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
-    if (x->rank() < 3) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": input must be [N, C, spatial...], got ", x->DebugString()));
-    }
-    const std::vector<int64_t> spatial(x->shape().begin() + 2, x->shape().end());
-    if (attributes_.kernel_shape.size() != spatial.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": kernel_shape has ", attributes_.kernel_shape.size(),
-                                                     " dims for input ", x->DebugString()));
-    }
-    if (spatial.size() > 3) return absl::UnimplementedError("pooling over more than 3 dims");
-    TRAIND_ASSIGN_OR_RETURN(WindowGeometry geometry,
-                            ResolveForwardWindow(attributes_, spatial, attributes_.kernel_shape, ceil_mode_));
-    Shape out_shape = {x->dim(0), x->dim(1)};
-    out_shape.insert(out_shape.end(), geometry.output.begin(), geometry.output.end());
+    TRAIND_ASSIGN_OR_RETURN(const PoolShape shape, CheckPoolInputs(name, *x, attributes_));
+    if (shape.window.rank() > 3) return absl::UnimplementedError("pooling over more than 3 dims");
+    const WindowGeometry& geometry = shape.window;
+    const Shape& out_shape = shape.output;
     const bool wants_indices = kind_ == PoolKind::kMax && context.wants_output(1);
 
     auto run = [&](auto tag) -> absl::Status {
@@ -223,8 +275,8 @@ class PoolKernel final : public Kernel {
                              context);
         }
       }
-      PoolReference<T>(kind_, count_include_pad_, column_major_indices_, window, x->dim(0) * x->dim(1),
-                       x->data<T>(), y->mutable_data<T>(),
+      PoolReference<T>(kind_, attributes_.count_include_pad, attributes_.column_major_indices, window,
+                       x->dim(0) * x->dim(1), x->data<T>(), y->mutable_data<T>(),
                        indices == nullptr ? nullptr : indices->mutable_data<int64_t>(), context.threads());
       return absl::OkStatus();
     };
@@ -249,14 +301,14 @@ class PoolKernel final : public Kernel {
     }
     // oneDNN's include-padding average divides by the full kernel size; ONNX does not count taps
     // past the declared end padding, so those cases stay with the direct loop.
-    if (kind_ == PoolKind::kAverage && count_include_pad_ && window_passes_end_padding) {
+    if (kind_ == PoolKind::kAverage && attributes_.count_include_pad && window_passes_end_padding) {
       return nullptr;
     }
     return cache_.GetOrCreate(x.shape(), [&]() -> absl::StatusOr<std::shared_ptr<const PoolPlan>> {
       auto plan = std::make_shared<PoolPlan>();
-      const dnnl::algorithm algorithm = kind_ == PoolKind::kMax ? dnnl::algorithm::pooling_max
-                                        : count_include_pad_    ? dnnl::algorithm::pooling_avg_include_padding
-                                                                : dnnl::algorithm::pooling_avg_exclude_padding;
+      const dnnl::algorithm algorithm = kind_ == PoolKind::kMax         ? dnnl::algorithm::pooling_max
+                                        : attributes_.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                                                        : dnnl::algorithm::pooling_avg_exclude_padding;
       memory::dims dilations;  // oneDNN counts the gaps: ONNX dilation 1 is oneDNN 0.
       for (int64_t d : g.dilations) dilations.push_back(d - 1);
       plan->src = PlainDesc(x.shape(), *type);
@@ -276,10 +328,7 @@ class PoolKernel final : public Kernel {
   }
 
   PoolKind kind_;
-  SpatialAttributes attributes_;
-  bool ceil_mode_;
-  bool count_include_pad_;
-  bool column_major_indices_;
+  PoolAttributes attributes_;
   DnnlPrimitiveCache<PoolPlan> cache_;
 };
 
@@ -321,13 +370,7 @@ class GlobalPoolKernel final : public Kernel {
   absl::Status Compute(KernelContext& context) const override {
     const char* name = kind_ == PoolKind::kMax ? "GlobalMaxPool" : "GlobalAveragePool";
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
-    if (x->rank() < 3) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": input must be [N, C, spatial...], got ", x->DebugString()));
-    }
-    Shape out_shape(x->shape().size(), 1);
-    out_shape[0] = x->dim(0);
-    out_shape[1] = x->dim(1);
+    TRAIND_ASSIGN_OR_RETURN(const Shape out_shape, CheckGlobalPoolInput(name, *x));
     const int64_t planes = x->dim(0) * x->dim(1);
     const int64_t plane_size = DimProduct(x->shape(), 2, x->shape().size());
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), name, [&](auto tag) -> absl::Status {
@@ -356,28 +399,8 @@ class GlobalPoolKernel final : public Kernel {
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreatePoolKernel(const KernelInit& init, PoolKind kind) {
-  TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes,
-                          SpatialAttributes::Parse(init, /*allow_dilations=*/kind == PoolKind::kMax));
-  if (attributes.kernel_shape.empty()) return init.Error("attribute 'kernel_shape' is required");
-  TRAIND_ASSIGN_OR_RETURN(int64_t ceil_mode, init.GetInt("ceil_mode", 0));
-  int64_t count_include_pad = 0;
-  int64_t storage_order = 0;
-  if (kind == PoolKind::kAverage) {
-    TRAIND_ASSIGN_OR_RETURN(count_include_pad, init.GetInt("count_include_pad", 0));
-  } else {
-    TRAIND_ASSIGN_OR_RETURN(storage_order, init.GetInt("storage_order", 0));
-    if (storage_order != 0 && storage_order != 1) {
-      return init.Error(absl::StrCat("attribute 'storage_order' must be 0 or 1, got ", storage_order));
-    }
-  }
-  if (ceil_mode != 0 && ceil_mode != 1) {
-    return init.Error(absl::StrCat("attribute 'ceil_mode' must be 0 or 1, got ", ceil_mode));
-  }
-  if (count_include_pad != 0 && count_include_pad != 1) {
-    return init.Error(absl::StrCat("attribute 'count_include_pad' must be 0 or 1, got ", count_include_pad));
-  }
-  return std::unique_ptr<Kernel>(
-      new PoolKernel(kind, std::move(attributes), ceil_mode == 1, count_include_pad == 1, storage_order == 1));
+  TRAIND_ASSIGN_OR_RETURN(PoolAttributes attributes, ParsePoolAttributes(init, kind == PoolKind::kMax));
+  return std::unique_ptr<Kernel>(new PoolKernel(kind, std::move(attributes)));
 }
 
 }  // namespace

@@ -1,38 +1,32 @@
 // GPU kernels of MaxPool (without the Indices output), AveragePool (1 or 2 spatial dims), GlobalAveragePool and
-// GlobalMaxPool (pool_ops.cl), float32; the window comes from the CPU kernels' own attribute parsing and geometry
-// (spatial_attributes.h).
-#include "absl/strings/str_cat.h"
+// GlobalMaxPool (pool_ops.cl), float32; their contract is pool_ops.h's.
 #include "engine/ops/gpu_pool.h"
 #include "engine/ops/gpu_util.h"
+#include "engine/ops/pool_ops.h"
 
 namespace traind::engine::gpu {
 namespace {
 
 class PoolGpuKernel final : public GpuKernel {
  public:
-  PoolGpuKernel(bool max, SpatialAttributes attributes, bool ceil_mode, bool count_include_pad, ClKernel kernel)
-      : max_(max),
-        attributes_(std::move(attributes)),
-        ceil_mode_(ceil_mode),
-        count_include_pad_(count_include_pad),
-        kernel_(std::move(kernel)) {}
+  PoolGpuKernel(bool max, PoolAttributes attributes, ClKernel kernel)
+      : max_(max), attributes_(std::move(attributes)), kernel_(std::move(kernel)) {}
 
   absl::Status Compute(GpuKernelContext& context) const override {
+    const char* name = max_ ? "MaxPool" : "AveragePool";
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
-    TRAIND_ASSIGN_OR_RETURN(PoolWindow window,
-                            ResolvePoolWindow(max_ ? "MaxPool" : "AveragePool", *x, attributes_, ceil_mode_));
+    TRAIND_ASSIGN_OR_RETURN(PoolShape shape, CheckPoolInputs(name, *x, attributes_));
+    TRAIND_ASSIGN_OR_RETURN(const PoolWindow window, MakePoolWindow(name, shape.window, std::move(shape.output)));
     TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), window.output_shape));
     const int64_t n = y->num_elements();
     if (max_) return window.Launch(kernel_, context, n, context.mem(*x), context.mem(*y), n);
     return window.Launch(kernel_, context, n, context.mem(*x), context.mem(*y), n,
-                         static_cast<int32_t>(count_include_pad_));
+                         static_cast<int32_t>(attributes_.count_include_pad));
   }
 
  private:
   bool max_;
-  SpatialAttributes attributes_;
-  bool ceil_mode_;
-  bool count_include_pad_;
+  PoolAttributes attributes_;
   ClKernel kernel_;
 };
 
@@ -42,14 +36,8 @@ class GlobalPoolGpuKernel final : public GpuKernel {
 
   absl::Status Compute(GpuKernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
-    if (x->rank() < 3) {
-      return absl::InvalidArgumentError(absl::StrCat("global pooling: input must be [N, C, spatial...], got ",
-                                                     x->DebugString()));
-    }
-    Shape out_shape(x->shape().size(), 1);
-    out_shape[0] = x->dim(0);
-    out_shape[1] = x->dim(1);
-    TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), out_shape));
+    TRAIND_ASSIGN_OR_RETURN(Shape out_shape, CheckGlobalPoolInput(max_ ? "GlobalMaxPool" : "GlobalAveragePool", *x));
+    TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), std::move(out_shape)));
     const int64_t planes = x->dim(0) * x->dim(1);
     const int64_t plane = DimProduct(x->shape(), 2, x->shape().size());
     if (planes == 0) return absl::OkStatus();
@@ -69,17 +57,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> MakePool(const GpuKernelInit& init, b
   if (max && init.num_outputs() > 1 && !init.node().output(1).empty()) {
     return init.Unsupported("the Indices output");
   }
-  TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes, SpatialAttributes::Parse(init, /*allow_dilations=*/max));
-  if (attributes.kernel_shape.empty()) return init.Error("attribute 'kernel_shape' is required");
-  if (attributes.kernel_shape.size() > 2) return init.Unsupported("pooling over 3 spatial dims");
-  TRAIND_ASSIGN_OR_RETURN(const int64_t ceil_mode, init.GetInt("ceil_mode", 0));
-  int64_t count_include_pad = 0;
-  if (!max) {
-    TRAIND_ASSIGN_OR_RETURN(count_include_pad, init.GetInt("count_include_pad", 0));
-  }
+  TRAIND_ASSIGN_OR_RETURN(PoolAttributes attributes, ParsePoolAttributes(init, max));
+  if (attributes.spatial.kernel_shape.size() > 2) return init.Unsupported("pooling over 3 spatial dims");
   TRAIND_ASSIGN_OR_RETURN(ClKernel kernel, init.Kernel("pool_ops.cl", max ? "max_pool_f32" : "average_pool_f32"));
-  return MakeGpuKernel<PoolGpuKernel>(max, std::move(attributes), ceil_mode != 0, count_include_pad != 0,
-                                      std::move(kernel));
+  return MakeGpuKernel<PoolGpuKernel>(max, std::move(attributes), std::move(kernel));
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 //   inner  > 1: accumulators for a block of inner positions, advanced row by row (vectorisable);
 // and, when the reduced axes are not adjacent (e.g. axes 0 and 2 of [3,4,5]), a gather over
 // precomputed reduced offsets.
+#include "engine/ops/reduce_ops.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -25,6 +27,66 @@
 #include "engine/runtime/kernel.h"
 
 namespace traind::engine {
+
+absl::StatusOr<ReduceAttributes> ParseReduceAttributes(const KernelInit& init, bool axes_input_since_13) {
+  ReduceAttributes attributes;
+  attributes.axes_from_input = axes_input_since_13 && init.opset() >= 13;
+  if (attributes.axes_from_input) {
+    if (init.HasAttribute("axes")) {
+      return init.Error("axes is an input from opset 13 on, not an attribute");
+    }
+  } else {
+    TRAIND_ASSIGN_OR_RETURN(attributes.axes, init.GetInts("axes"));
+    for (size_t i = 0; i < attributes.axes.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (attributes.axes[i] == attributes.axes[j]) {
+          return init.Error(absl::StrCat("attribute 'axes' repeats ", attributes.axes[i]));
+        }
+      }
+    }
+  }
+  TRAIND_ASSIGN_OR_RETURN(int64_t keepdims, init.GetInt("keepdims", 1));
+  TRAIND_ASSIGN_OR_RETURN(int64_t noop, init.GetInt("noop_with_empty_axes", 0));
+  if ((keepdims != 0 && keepdims != 1) || (noop != 0 && noop != 1)) {
+    return init.Error("attributes 'keepdims' and 'noop_with_empty_axes' must be 0 or 1");
+  }
+  attributes.keepdims = keepdims == 1;
+  attributes.noop_with_empty_axes = noop == 1;
+  return attributes;
+}
+
+absl::StatusOr<std::optional<std::vector<bool>>> ReducedDims(const char* op, const Tensor& x, const Tensor* axes_input,
+                                                             const ReduceAttributes& attributes) {
+  absl::Span<const int64_t> axes = attributes.axes;
+  if (axes_input != nullptr) {
+    if (axes_input->dtype() != DataType::kInt64 || axes_input->rank() > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": axes must be a 1-D int64 tensor, got ", axes_input->DebugString()));
+    }
+    axes = absl::MakeConstSpan(axes_input->data<int64_t>(), static_cast<size_t>(axes_input->num_elements()));
+  }
+  if (axes.empty() && attributes.noop_with_empty_axes) return std::nullopt;
+  std::vector<bool> reduce(static_cast<size_t>(x.rank()), axes.empty());
+  for (int64_t axis : axes) {
+    TRAIND_ASSIGN_OR_RETURN(int64_t normalized, NormalizeAxis(axis, x.rank()));
+    if (reduce[normalized]) return absl::InvalidArgumentError(absl::StrCat(op, ": axis ", axis, " is repeated"));
+    reduce[normalized] = true;
+  }
+  return reduce;
+}
+
+Shape ReducedShape(const Shape& shape, const std::vector<bool>& reduced, bool keepdims) {
+  Shape output;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (!reduced[d]) {
+      output.push_back(shape[d]);
+    } else if (keepdims) {
+      output.push_back(1);
+    }
+  }
+  return output;
+}
+
 namespace {
 
 // ---------------------------------------------------------------------------------------------
@@ -159,13 +221,12 @@ struct ReductionLayout {
 // `reduce[d]` says whether dim d is reduced.
 ReductionLayout MakeLayout(const Shape& shape, const std::vector<bool>& reduce, bool keepdims) {
   ReductionLayout layout;
+  layout.output_shape = ReducedShape(shape, reduce, keepdims);
   for (size_t d = 0; d < shape.size(); ++d) {
     if (reduce[d]) {
       layout.reduced_size *= shape[d];
-      if (keepdims) layout.output_shape.push_back(1);
     } else {
       layout.output_size *= shape[d];
-      layout.output_shape.push_back(shape[d]);
     }
   }
   // Merge runs of dims with the same flag, ignoring size-1 dims (they change no offsets).
@@ -291,26 +352,6 @@ void RunReduction(const ReductionLayout& layout, const T* in, T* out, ThreadPool
 // ---------------------------------------------------------------------------------------------
 // Kernels.
 
-struct ReduceAttributes {
-  std::vector<int64_t> axes;  // From the attribute; unused when axes_from_input.
-  bool axes_from_input = false;
-  bool keepdims = true;
-  bool noop_with_empty_axes = false;
-};
-
-// Normalised, duplicate-free reduce flags for `rank`.
-absl::StatusOr<std::vector<bool>> ReduceFlags(absl::Span<const int64_t> axes, int64_t rank, const char* op) {
-  std::vector<bool> reduce(static_cast<size_t>(rank), axes.empty());
-  for (int64_t axis : axes) {
-    TRAIND_ASSIGN_OR_RETURN(int64_t normalized, NormalizeAxis(axis, rank));
-    if (reduce[normalized]) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": axis ", axis, " is repeated"));
-    }
-    reduce[normalized] = true;
-  }
-  return reduce;
-}
-
 template <template <typename> class Reducer, typename... Ts>
 class ReduceKernel final : public Kernel {
  public:
@@ -318,23 +359,16 @@ class ReduceKernel final : public Kernel {
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
-    std::vector<int64_t> axes_from_input;
-    absl::Span<const int64_t> axes = attributes_.axes;
-    if (attributes_.axes_from_input && context.input(1) != nullptr) {
-      const Tensor& axes_tensor = *context.input(1);
-      if (axes_tensor.dtype() != DataType::kInt64 || axes_tensor.rank() > 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(name_, ": axes must be a 1-D int64 tensor, got ", axes_tensor.DebugString()));
-      }
-      axes = absl::MakeConstSpan(axes_tensor.data<int64_t>(), static_cast<size_t>(axes_tensor.num_elements()));
-    }
-    if (axes.empty() && attributes_.noop_with_empty_axes) {
+    TRAIND_ASSIGN_OR_RETURN(
+        std::optional<std::vector<bool>> reduced,
+        ReducedDims(name_, *x, attributes_.axes_from_input ? context.input(1) : nullptr, attributes_));
+    if (!reduced.has_value()) {
       return DispatchAmong<Ts...>(x->dtype(), name_, [&](auto) {
         context.SetOutput(0, *x);  // Identity; outputs may alias inputs (never written).
         return absl::OkStatus();
       });
     }
-    TRAIND_ASSIGN_OR_RETURN(std::vector<bool> reduce, ReduceFlags(axes, x->rank(), name_));
+    const std::vector<bool>& reduce = *reduced;
     const ReductionLayout layout = MakeLayout(x->shape(), reduce, attributes_.keepdims);
     return DispatchAmong<Ts...>(x->dtype(), name_, [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
@@ -348,33 +382,6 @@ class ReduceKernel final : public Kernel {
   const char* name_;
   ReduceAttributes attributes_;
 };
-
-absl::StatusOr<ReduceAttributes> ParseReduceAttributes(const KernelInit& init, bool axes_input_since_13) {
-  ReduceAttributes attributes;
-  attributes.axes_from_input = axes_input_since_13 && init.opset() >= 13;
-  if (attributes.axes_from_input) {
-    if (init.HasAttribute("axes")) {
-      return init.Error("axes is an input from opset 13 on, not an attribute");
-    }
-  } else {
-    TRAIND_ASSIGN_OR_RETURN(attributes.axes, init.GetInts("axes"));
-    for (size_t i = 0; i < attributes.axes.size(); ++i) {
-      for (size_t j = 0; j < i; ++j) {
-        if (attributes.axes[i] == attributes.axes[j]) {
-          return init.Error(absl::StrCat("attribute 'axes' repeats ", attributes.axes[i]));
-        }
-      }
-    }
-  }
-  TRAIND_ASSIGN_OR_RETURN(int64_t keepdims, init.GetInt("keepdims", 1));
-  TRAIND_ASSIGN_OR_RETURN(int64_t noop, init.GetInt("noop_with_empty_axes", 0));
-  if ((keepdims != 0 && keepdims != 1) || (noop != 0 && noop != 1)) {
-    return init.Error("attributes 'keepdims' and 'noop_with_empty_axes' must be 0 or 1");
-  }
-  attributes.keepdims = keepdims == 1;
-  attributes.noop_with_empty_axes = noop == 1;
-  return attributes;
-}
 
 #define TRAIND_REDUCE_ARITHMETIC_TYPES float, double, int32_t, int64_t, uint32_t, uint64_t
 

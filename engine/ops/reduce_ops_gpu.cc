@@ -1,8 +1,9 @@
 // GPU kernels of ReduceSum, ReduceMean, ReduceSumSquare, ReduceL1, ReduceL2, ReduceMax and ReduceMin (reduce_ops.cl),
-// float32, with the CPU kernels' attributes: `axes` as an attribute, or (ReduceSum from opset 13) a host input;
-// keepdims; noop_with_empty_axes.
+// float32; their contract (attributes, axes as an attribute or, for ReduceSum from opset 13, a host input; keepdims;
+// noop_with_empty_axes) is reduce_ops.h's.
 #include "absl/strings/str_cat.h"
 #include "engine/ops/gpu_util.h"
+#include "engine/ops/reduce_ops.h"
 
 namespace traind::engine::gpu {
 namespace {
@@ -15,50 +16,26 @@ struct GroupedDims {
 
 class ReduceGpuKernel final : public GpuKernel {
  public:
-  ReduceGpuKernel(const char* name, std::vector<int64_t> axes, bool axes_from_input, bool keepdims, bool noop,
-                  ClKernel per_item, ClKernel per_group)
+  ReduceGpuKernel(const char* name, ReduceAttributes attributes, ClKernel per_item, ClKernel per_group)
       : name_(name),
-        axes_(std::move(axes)),
-        axes_from_input_(axes_from_input),
-        keepdims_(keepdims),
-        noop_(noop),
+        attributes_(std::move(attributes)),
         per_item_(std::move(per_item)),
         per_group_(std::move(per_group)) {}
   bool IsHostInput(int input) const override { return input == 1; }
 
   absl::Status Compute(GpuKernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
-    std::vector<int64_t> axes = axes_;
-    if (axes_from_input_ && context.input(1) != nullptr) {
-      const Tensor& axes_tensor = *context.input(1);
-      if (axes_tensor.dtype() != DataType::kInt64 || axes_tensor.rank() > 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(name_, ": axes must be a 1-D int64 tensor, got ", axes_tensor.DebugString()));
-      }
-      axes.assign(axes_tensor.data<int64_t>(), axes_tensor.data<int64_t>() + axes_tensor.num_elements());
-    }
-    if (axes.empty() && noop_) {
+    TRAIND_ASSIGN_OR_RETURN(
+        std::optional<std::vector<bool>> flags,
+        ReducedDims(name_, *x, attributes_.axes_from_input ? context.input(1) : nullptr, attributes_));
+    if (!flags.has_value()) {  // noop_with_empty_axes
       context.SetOutput(0, *x);
       return absl::OkStatus();
     }
+    const std::vector<bool>& reduce = *flags;
     const Shape& shape = x->shape();
-    std::vector<bool> reduce(shape.size(), axes.empty());
-    for (int64_t axis : axes) {
-      TRAIND_ASSIGN_OR_RETURN(const int64_t normalized, NormalizeAxis(axis, x->rank()));
-      if (reduce[normalized]) return absl::InvalidArgumentError(absl::StrCat(name_, ": axis ", axis, " is repeated"));
-      reduce[normalized] = true;
-    }
-    Shape output_shape;
     int64_t outputs = 1, count = 1;
-    for (size_t d = 0; d < shape.size(); ++d) {
-      if (reduce[d]) {
-        count *= shape[d];
-        if (keepdims_) output_shape.push_back(1);
-      } else {
-        outputs *= shape[d];
-        output_shape.push_back(shape[d]);
-      }
-    }
+    for (size_t d = 0; d < shape.size(); ++d) (reduce[d] ? count : outputs) *= shape[d];
     // Groups of adjacent dims with the same flag, innermost first, with their input strides.
     GroupedDims kept, reduced;
     for (GroupedDims* g : {&kept, &reduced}) {
@@ -82,7 +59,8 @@ class ReduceGpuKernel final : public GpuKernel {
       last = flag;
       stride *= shape[d];
     }
-    TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), std::move(output_shape)));
+    TRAIND_ASSIGN_OR_RETURN(Tensor * y,
+                            context.AllocateOutput(0, x->dtype(), ReducedShape(shape, reduce, attributes_.keepdims)));
     const size_t group = context.work_group_size();
     if (per_group_.name().empty() || outputs * 4 >= count || outputs >= 4096) {
       return per_item_.Launch1D(context, outputs, context.mem(*x), context.mem(*y), outputs, count, kept.dims,
@@ -94,10 +72,7 @@ class ReduceGpuKernel final : public GpuKernel {
 
  private:
   const char* name_;
-  std::vector<int64_t> axes_;
-  bool axes_from_input_;
-  bool keepdims_;
-  bool noop_;
+  ReduceAttributes attributes_;
   ClKernel per_item_;
   ClKernel per_group_;
 };
@@ -106,20 +81,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> MakeReduce(const GpuKernelInit& init,
                                                       const std::string& kernel, bool sum_family,
                                                       bool axes_input_since_13 = false) {
   TRAIND_RETURN_IF_ERROR(RequireFloat32(init, {0}));
-  const bool axes_from_input = axes_input_since_13 && init.opset() >= 13;
-  std::vector<int64_t> axes;
-  if (!axes_from_input) {
-    TRAIND_ASSIGN_OR_RETURN(axes, init.GetInts("axes"));
-  }
-  TRAIND_ASSIGN_OR_RETURN(const int64_t keepdims, init.GetInt("keepdims", 1));
-  TRAIND_ASSIGN_OR_RETURN(const int64_t noop, init.GetInt("noop_with_empty_axes", 0));
+  TRAIND_ASSIGN_OR_RETURN(ReduceAttributes attributes, ParseReduceAttributes(init, axes_input_since_13));
   TRAIND_ASSIGN_OR_RETURN(ClKernel per_item, init.Kernel("reduce_ops.cl", kernel));
   ClKernel per_group;
   if (sum_family) {
     TRAIND_ASSIGN_OR_RETURN(per_group, init.Kernel("reduce_ops.cl", kernel + "_group"));
   }
-  return MakeGpuKernel<ReduceGpuKernel>(name, std::move(axes), axes_from_input, keepdims != 0, noop != 0,
-                                        std::move(per_item), std::move(per_group));
+  return MakeGpuKernel<ReduceGpuKernel>(name, std::move(attributes), std::move(per_item), std::move(per_group));
 }
 
 }  // namespace

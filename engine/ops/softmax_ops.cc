@@ -10,6 +10,8 @@
 // log(sum) is off by up to ~12 ulp (2.9e-6 absolute against a float64 reference on rows of 6-24
 // values, softmax_ops_test.cc) where std::log is within one. All are numerically stable: the row
 // maximum is subtracted before exp.
+#include "engine/ops/softmax_ops.h"
+
 #include <cmath>
 #include <limits>
 #include <map>
@@ -26,6 +28,25 @@
 #include "engine/runtime/kernel.h"
 
 namespace traind::engine {
+
+absl::StatusOr<SoftmaxAttributes> ParseSoftmaxAttributes(const KernelInit& init) {
+  SoftmaxAttributes attributes;
+  attributes.coerce_to_2d = init.opset() < 13;
+  TRAIND_ASSIGN_OR_RETURN(attributes.axis, init.GetInt("axis", attributes.coerce_to_2d ? 1 : -1));
+  return attributes;
+}
+
+absl::StatusOr<AxisSplit> SoftmaxSplit(const Tensor& x, const SoftmaxAttributes& attributes) {
+  // A scalar has one element to normalise (the 2-D coercion of opset < 13 makes it [1, 1]).
+  AxisSplit split;
+  if (x.rank() == 0 && attributes.coerce_to_2d) return split;
+  TRAIND_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(attributes.axis, x.rank()));
+  if (!attributes.coerce_to_2d) return SplitAtAxis(x.shape(), axis);
+  split.outer = DimProduct(x.shape(), 0, static_cast<size_t>(axis));
+  split.axis_dim = DimProduct(x.shape(), static_cast<size_t>(axis), x.shape().size());
+  return split;
+}
+
 namespace {
 
 enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
@@ -104,23 +125,12 @@ class DnnlSoftmaxCache {
 
 class SoftmaxKernel final : public Kernel {
  public:
-  SoftmaxKernel(SoftmaxKind kind, int64_t axis, bool coerce_to_2d)
-      : kind_(kind), axis_(axis), coerce_to_2d_(coerce_to_2d) {}
+  SoftmaxKernel(SoftmaxKind kind, SoftmaxAttributes attributes) : kind_(kind), attributes_(attributes) {}
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
     const char* name = KindName(kind_);
-    // A scalar has one element to normalise (the 2-D coercion of opset < 13 makes it [1, 1]).
-    AxisSplit split;
-    if (x->rank() > 0 || !coerce_to_2d_) {
-      TRAIND_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(axis_, x->rank()));
-      if (coerce_to_2d_) {
-        split.outer = DimProduct(x->shape(), 0, static_cast<size_t>(axis));
-        split.axis_dim = DimProduct(x->shape(), static_cast<size_t>(axis), x->shape().size());
-      } else {
-        split = SplitAtAxis(x->shape(), axis);
-      }
-    }
+    TRAIND_ASSIGN_OR_RETURN(const AxisSplit split, SoftmaxSplit(*x, attributes_));
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), name, [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
       TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), x->shape()));
@@ -157,15 +167,13 @@ class SoftmaxKernel final : public Kernel {
 
  private:
   SoftmaxKind kind_;
-  int64_t axis_;
-  bool coerce_to_2d_;
+  SoftmaxAttributes attributes_;
   DnnlSoftmaxCache dnnl_;
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmaxFamilyKernel(const KernelInit& init, SoftmaxKind kind) {
-  const bool coerce_to_2d = init.opset() < 13;
-  TRAIND_ASSIGN_OR_RETURN(int64_t axis, init.GetInt("axis", coerce_to_2d ? 1 : -1));
-  return std::unique_ptr<Kernel>(new SoftmaxKernel(kind, axis, coerce_to_2d));
+  TRAIND_ASSIGN_OR_RETURN(SoftmaxAttributes attributes, ParseSoftmaxAttributes(init));
+  return std::unique_ptr<Kernel>(new SoftmaxKernel(kind, attributes));
 }
 
 }  // namespace

@@ -73,6 +73,8 @@ class KernelContext {
   const Tensor* input(int i) const { return i < num_inputs_ ? inputs_[i] : nullptr; }
   // The input, or a kInvalidArgument error if it was omitted.
   absl::StatusOr<const Tensor*> RequiredInput(int i) const;
+  // Every input, omitted ones as nullptr.
+  absl::Span<const Tensor* const> inputs() const { return absl::MakeConstSpan(inputs_, num_inputs_); }
   int num_outputs() const { return num_outputs_; }
   // False when the node does not name output i (the kernel may skip computing it).
   bool wants_output(int i) const { return i < num_outputs_ && outputs_[i] != nullptr; }

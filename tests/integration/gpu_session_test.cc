@@ -1,9 +1,9 @@
 // GPU sessions through the real daemon: GetServerInfo lists the OpenCL devices, CreateSession(executor=GPU) trains
 // as a CPU session over the same artifacts and batches (losses, eval, parameters read back), the session comes back
 // on the GPU after a restart, a restarted daemon compiles no kernel again, Forward / Backward artifacts run on the
-// GPU, the session memory budget holds for GPU sessions, trainctl --device gpu creates one, and a daemon without any
-// OpenCL platform answers FAILED_PRECONDITION instead of falling back to the CPU. Runs on pocl (OpenCL on the CPU) in CI; skipped where
-// this machine has no OpenCL device at all.
+// GPU, the session memory budget holds for GPU sessions, trainctl --device gpu creates one, training jobs run on GPU
+// sessions, and a daemon without any OpenCL platform answers FAILED_PRECONDITION instead of falling back to the CPU.
+// Runs on pocl (OpenCL on the CPU) in CI; skipped where this machine has no OpenCL device at all.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -335,6 +335,111 @@ TEST(GpuSessionTest, AGpuSessionOverTheMemoryBudgetIsResourceExhausted) {
   EXPECT_GRPC_OK(Call(stub, &Stub::GetSession, get, &still));
 }
 
+// A dataset of cnn_bn_maxpool's shape: 12 examples, 9 to train in batches of the model's 3 and 3 to evaluate.
+std::pair<engine::Tensor, engine::Tensor> JobData() {
+  engine::Tensor x = *engine::Tensor::Allocate(engine::DataType::kFloat32, {12, 1, 6, 6});
+  engine::Tensor y = *engine::Tensor::Allocate(engine::DataType::kInt64, {12});
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.mutable_data<float>()[i] = std::sin(0.37f * static_cast<float>(i));
+  for (int64_t i = 0; i < 12; ++i) y.mutable_data<int64_t>()[i] = (i * 7) % 4;
+  return {x, y};
+}
+
+// A job of 2 shuffled epochs over JobData (uploaded) on a new session of `artifact_id`.
+v1::JobSpec JobOnNewSession(Stub& stub, const std::string& artifact_id, bool gpu) {
+  const auto [x, y] = JobData();
+  v1::JobSpec spec;
+  spec.set_artifact_id(artifact_id);
+  auto& blobs = *spec.mutable_train_data()->mutable_npy_blobs()->mutable_blob_ids();
+  blobs["input"] = testing::Upload(stub, engine::SerializeNpy(x));
+  blobs["target"] = testing::Upload(stub, engine::SerializeNpy(y));
+  spec.set_eval_fraction(0.25f);
+  spec.set_epochs(2);
+  spec.set_batch_size(3);
+  spec.set_shuffle_seed(3);
+  spec.set_seed(5);
+  spec.set_num_threads(1);
+  if (gpu) spec.set_executor(v1::GPU);
+  return spec;
+}
+
+v1::Job RunJob(Stub& stub, const v1::JobSpec& spec) {
+  v1::Job job;
+  EXPECT_GRPC_OK(Call(stub, &Stub::SubmitJob, spec, &job));
+  const std::vector<v1::Job> updates = testing::WatchJob(stub, job.job_id());
+  return updates.empty() ? job : updates.back();
+}
+
+v1::Session GetSession(Stub& stub, const std::string& session_id) {
+  v1::GetSessionRequest get;
+  get.set_session_id(session_id);
+  v1::Session session;
+  EXPECT_GRPC_OK(Call(stub, &Stub::GetSession, get, &session));
+  return session;
+}
+
+// A job on a new session asks for the GPU as CreateSession does (and trainctl job submit --device gpu); it trains there
+// as the same job on a CPU session does (eval losses, parameters). A job on an existing GPU session trains it there;
+// asking for another executor than the session's is FAILED_PRECONDITION, not a silent move.
+TEST(GpuSessionTest, ATrainingJobRunsOnAGpuSessionAsOnACpuSession) {
+  TRAIND_REQUIRE_GPU();
+  auto daemon = testing::StartService();
+  ASSERT_NE(daemon, nullptr);
+  Stub& stub = *daemon->stub;
+  const std::string artifact = GenerateArtifacts(stub);
+  const v1::Job on_cpu = RunJob(stub, JobOnNewSession(stub, artifact, false));
+  const v1::Job on_gpu = RunJob(stub, JobOnNewSession(stub, artifact, true));
+  for (const v1::Job* job : {&on_cpu, &on_gpu}) {
+    ASSERT_EQ(job->state(), v1::SUCCEEDED) << job->message();
+    EXPECT_EQ(job->step(), 6);
+    ASSERT_EQ(job->evals_size(), 2);
+  }
+  EXPECT_EQ(GetSession(stub, on_gpu.session_id()).executor(), v1::GPU);
+  EXPECT_EQ(GetSession(stub, on_cpu.session_id()).executor(), v1::CPU);
+  EXPECT_EQ(on_gpu.spec().executor(), v1::GPU);
+  for (int e = 0; e < 2; ++e) {
+    EXPECT_NEAR(on_gpu.evals(e).loss(), on_cpu.evals(e).loss(), 1e-4 * std::fabs(on_cpu.evals(e).loss())) << e;
+  }
+  ExpectSameFloats(Parameters(stub, on_gpu.session_id()), Parameters(stub, on_cpu.session_id()), "parameters");
+
+  // Another job on the GPU session: it trains there, with or without naming its executor.
+  v1::JobSpec again = JobOnNewSession(stub, artifact, true);
+  again.set_session_id(on_gpu.session_id());
+  v1::Job continued = RunJob(stub, again);
+  EXPECT_EQ(continued.state(), v1::SUCCEEDED) << continued.message();
+  EXPECT_EQ(GetSession(stub, on_gpu.session_id()).optimizer_step(), 12);
+  again.set_executor(v1::CPU);
+  v1::Job refused;
+  grpc::Status status = Call(stub, &Stub::SubmitJob, again, &refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("runs on gpu:0, not cpu"));
+  v1::JobSpec bad_index = JobOnNewSession(stub, artifact, true);
+  bad_index.set_device_index(99);
+  status = Call(stub, &Stub::SubmitJob, bad_index, &refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+
+  // trainctl job submit --device gpu.
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/job-data";
+  std::filesystem::create_directories(dir);
+  const auto [x, y] = JobData();
+  ASSERT_TRUE(engine::WriteNpy(dir + "/input.npy", x).ok());
+  ASSERT_TRUE(engine::WriteNpy(dir + "/target.npy", y).ok());
+  const std::string address = "--address=" + daemon->process->grpc_address();
+  testing::CommandResult submitted = testing::Trainctl(
+      {"job", "submit", address, "--artifact", artifact, "--data-input", "input=" + dir + "/input.npy",
+       "--data-input", "target=" + dir + "/target.npy", "--batch-size", "3", "--device", "gpu", "--watch", "--json"});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.stderr_text;
+  v1::Job job;
+  ASSERT_TRUE(testing::ParseJson(submitted.stdout_text, &job)) << submitted.stdout_text;
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.message();
+  EXPECT_EQ(job.spec().executor(), v1::GPU);
+  EXPECT_EQ(GetSession(stub, job.session_id()).executor(), v1::GPU);
+  testing::CommandResult misused = testing::Trainctl(
+      {"job", "submit", address, "--session", job.session_id(), "--data-input", "input=" + dir + "/input.npy",
+       "--data-input", "target=" + dir + "/target.npy", "--batch-size", "3", "--device", "gpu"});
+  EXPECT_NE(misused.exit_code, 0);
+  EXPECT_THAT(misused.stderr_text, HasSubstr("--device apply to a job on a new session"));
+}
+
 // With no OpenCL platform at all (an empty ICD directory), the daemon offers only the CPU and a GPU session is
 // FAILED_PRECONDITION with the reason, never a CPU session in disguise.
 TEST(GpuSessionTest, WithoutOpenClAGpuSessionIsAFailedPrecondition) {
@@ -355,6 +460,17 @@ TEST(GpuSessionTest, WithoutOpenClAGpuSessionIsAFailedPrecondition) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(status.error_message(), HasSubstr("OpenCL"));
   EXPECT_EQ(detail.reason(), "NO_GPU");
+  // A training job on a new GPU session: the same answer, before anything is made.
+  v1::ErrorDetail job_detail;
+  v1::Job job;
+  const grpc::Status job_status =
+      Call(*daemon->stub, &Stub::SubmitJob, JobOnNewSession(*daemon->stub, GenerateArtifacts(*daemon->stub), true),
+           &job, &job_detail);
+  EXPECT_EQ(job_status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(job_detail.reason(), "NO_GPU");
+  v1::ListSessionsResponse sessions;
+  ASSERT_GRPC_OK(Call(*daemon->stub, &Stub::ListSessions, v1::ListSessionsRequest(), &sessions));
+  EXPECT_EQ(sessions.sessions_size(), 0);
 }
 
 }  // namespace

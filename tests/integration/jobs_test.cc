@@ -31,6 +31,7 @@ using ::testing::HasSubstr;
 using engine::Tensor;
 using Stub = v1::TrainingService::Stub;
 using testing::Call;
+using testing::WatchJob;
 
 // A learnable 4-class problem for the golden MLP (inputs [5, 8], logits [5, 4]): the label is the largest of the
 // first four features.
@@ -73,19 +74,6 @@ v1::JobSpec Spec(Stub& stub, const std::string& artifact_id, int epochs) {
   return spec;
 }
 
-std::vector<v1::Job> Watch(Stub& stub, const std::string& job_id) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-  v1::WatchJobRequest request;
-  request.set_job_id(job_id);
-  auto reader = stub.WatchJob(&context, request);
-  std::vector<v1::Job> updates;
-  v1::Job job;
-  while (reader->Read(&job)) updates.push_back(job);
-  EXPECT_TRUE(reader->Finish().ok());
-  return updates;
-}
-
 std::string Parameters(Stub& stub, const std::string& session) {
   v1::GetParametersRequest request;
   request.set_session_id(session);
@@ -101,7 +89,7 @@ TEST(JobsTest, AJobRunsToCompletionWhileItsProgressStreams) {
   ASSERT_GRPC_OK(Call(*daemon->stub, &Stub::SubmitJob, Spec(*daemon->stub, Artifacts(*daemon->stub), 8), &job));
   EXPECT_EQ(job.epochs(), 8);
   EXPECT_EQ(job.total_steps(), 8 * 9);  // 45 training examples in batches of the model's 5
-  const std::vector<v1::Job> updates = Watch(*daemon->stub, job.job_id());
+  const std::vector<v1::Job> updates = WatchJob(*daemon->stub, job.job_id());
   ASSERT_GE(updates.size(), 2u);
   EXPECT_EQ(updates.back().state(), v1::SUCCEEDED) << updates.back().message();
   EXPECT_EQ(updates.back().step(), 72);
@@ -134,7 +122,7 @@ TEST(JobsTest, AJobKilledMidwayResumesAndEndsWithTheParametersOfAnUninterruptedR
   // The reference: the same job, never interrupted.
   v1::Job reference;
   ASSERT_GRPC_OK(Call(*daemon->stub, &Stub::SubmitJob, spec, &reference));
-  ASSERT_EQ(Watch(*daemon->stub, reference.job_id()).back().state(), v1::SUCCEEDED);
+  ASSERT_EQ(WatchJob(*daemon->stub, reference.job_id()).back().state(), v1::SUCCEEDED);
   const std::string expected = Parameters(*daemon->stub, reference.session_id());
 
   v1::Job job;
@@ -154,7 +142,7 @@ TEST(JobsTest, AJobKilledMidwayResumesAndEndsWithTheParametersOfAnUninterruptedR
 
   daemon = testing::StartService(flags, state_dir);
   ASSERT_NE(daemon, nullptr);
-  const std::vector<v1::Job> updates = Watch(*daemon->stub, job.job_id());
+  const std::vector<v1::Job> updates = WatchJob(*daemon->stub, job.job_id());
   ASSERT_FALSE(updates.empty());
   const v1::Job& done = updates.back();
   EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.message();
@@ -188,7 +176,7 @@ TEST(JobsTest, LocalDataCancellationEarlyStoppingAndBadSpecs) {
   local.set_epochs(2);
   v1::Job job;
   ASSERT_GRPC_OK(Call(*daemon->stub, &Stub::SubmitJob, local, &job));
-  EXPECT_EQ(Watch(*daemon->stub, job.job_id()).back().state(), v1::SUCCEEDED);
+  EXPECT_EQ(WatchJob(*daemon->stub, job.job_id()).back().state(), v1::SUCCEEDED);
 
   // Early stopping: a learning rate of 0 never improves the eval loss.
   v1::JobSpec stalled = Spec(*daemon->stub, artifacts, 50);
@@ -201,7 +189,7 @@ TEST(JobsTest, LocalDataCancellationEarlyStoppingAndBadSpecs) {
   zero.set_learning_rate(0);
   v1::LearningRate rate;
   ASSERT_TRUE(Call(*daemon->stub, &Stub::SetLearningRate, zero, &rate).ok());
-  const v1::Job stopped = Watch(*daemon->stub, stopping.job_id()).back();
+  const v1::Job stopped = WatchJob(*daemon->stub, stopping.job_id()).back();
   EXPECT_EQ(stopped.state(), v1::STOPPED_EARLY) << stopped.message();
   EXPECT_LT(stopped.evals_size(), 50);
 

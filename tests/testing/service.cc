@@ -60,4 +60,18 @@ std::string Upload(Stub& stub, const std::string& content, grpc::Status* status,
   return response.blob_id();
 }
 
+std::vector<traind::v1::Job> WatchJob(Stub& stub, const std::string& job_id) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  traind::v1::WatchJobRequest request;
+  request.set_job_id(job_id);
+  auto reader = stub.WatchJob(&context, request);
+  std::vector<traind::v1::Job> updates;
+  traind::v1::Job job;
+  while (reader->Read(&job)) updates.push_back(job);
+  const grpc::Status finished = reader->Finish();
+  EXPECT_TRUE(finished.ok()) << finished.error_message();
+  return updates;
+}
+
 }  // namespace traind::testing

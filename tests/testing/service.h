@@ -68,6 +68,9 @@ grpc::Status Call(Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*,
 std::string Upload(Stub& stub, const std::string& content, grpc::Status* status = nullptr,
                    const std::string& token = "");
 
+// WatchJob's updates of `job_id` until the job ends (or 120 s pass): the job as it was, then every change.
+std::vector<traind::v1::Job> WatchJob(Stub& stub, const std::string& job_id);
+
 }  // namespace traind::testing
 
 // For a grpc::Status: the code and message in the failure.
