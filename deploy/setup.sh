@@ -11,7 +11,7 @@ BUILD_PACKAGES=(
   libdnnl-dev libopenblas-dev zlib1g-dev
   ocl-icd-opencl-dev opencl-headers libclblast-dev
 )
-# Tests, golden-data generators, the Python client, cross-checks and fuzzing (clang 14 + libFuzzer: --config=fuzz).
+# Tests, golden-data generators, the Python client, cross-checks and fuzzing (clang 14 + libFuzzer: the --config=asan build).
 TEST_PACKAGES=(
   libonnx-testdata python3-torch python3-onnx python3-numpy python3-grpcio python3-protobuf curl
   python3-venv python3-pip python3-setuptools python3-wheel python3-sklearn prometheus

@@ -12,19 +12,15 @@ bash bench/setup_peers.sh || echo "test: onnxruntime-node could not be installed
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-# Heavy tests (multi-GB models, long kill or fuzz loops) carry the tag "no-asan": they run once, optimised.
+# Two configurations: optimised (GCC), then the sanitizer build (clang 14: AddressSanitizer + UndefinedBehaviorSanitizer
+# + libFuzzer, .bazelrc), in which the fuzz targets fuzz for 10 s each (tests/fuzz/README.md) instead of replaying
+# their corpora. Heavy tests (multi-GB models, long kill or fuzz loops) carry the tag "no-asan": they run once,
+# optimised.
 for config in "" "--config=asan --test_tag_filters=-no-asan"; do
   echo "== bazel test ${config:-(opt)} //..." >&2
   bazel test ${config} --test_summary=short //... 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 done
-
-# The fuzz targets replay their corpora in both configurations above; the fuzzing stage then fuzzes each for 10 s
-# (clang 14 + libFuzzer + ASan/UBSan, tests/fuzz/README.md). --nocache_test_results: a cached pass fuzzed nothing.
-echo "== bazel test --config=fuzz (libFuzzer, 10 s per target)" >&2
-bazel test --config=fuzz --test_tag_filters=fuzz --nocache_test_results --test_summary=short //tests/fuzz/... 2>&1 |
-  tee -a "$log"
-[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")

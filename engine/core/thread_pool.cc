@@ -36,11 +36,17 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_grain,
     return;
   }
   const int64_t chunk_size = (n + chunks - 1) / chunks;
+  // The team may be smaller than asked for (OMP_THREAD_LIMIT, OMP_DYNAMIC, or a compiler that ignores the pragma:
+  // clang with GNU's OpenMP runtime runs the block once, on one thread), so each thread takes every team-size-th
+  // chunk rather than assuming one chunk per thread.
 #pragma omp parallel num_threads(static_cast<int>(chunks))
   {
-    const int64_t begin = omp_get_thread_num() * chunk_size;
-    const int64_t end = std::min(n, begin + chunk_size);
-    if (begin < end) fn(begin, end);
+    const int64_t team = omp_get_num_threads();
+    for (int64_t chunk = omp_get_thread_num(); chunk < chunks; chunk += team) {
+      const int64_t begin = chunk * chunk_size;
+      const int64_t end = std::min(n, begin + chunk_size);
+      if (begin < end) fn(begin, end);
+    }
   }
 }
 

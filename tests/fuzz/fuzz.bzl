@@ -1,7 +1,8 @@
 """traind_fuzz_test: one libFuzzer target that is also a test in every build.
 
-Under --config=fuzz (clang 14, libFuzzer, ASan + UBSan; see .bazelrc) the test fuzzes for `seconds`, starting from
-its corpus (tests/fuzz/corpus/<name>/); in the other builds (optimised, ASan) it replays that corpus.
+Under --config=asan (= --config=fuzz: clang 14, libFuzzer, ASan + UBSan; see .bazelrc) the test fuzzes for `seconds`,
+starting from its corpus (tests/fuzz/corpus/<name>/); in the other builds (optimised, UBSan alone) it replays that
+corpus. Tagged "external": Bazel never caches its result, since a cached pass would have fuzzed nothing.
 """
 
 def traind_fuzz_test(name, srcs, deps = [], seconds = 10, size = "small", tags = []):
@@ -31,5 +32,5 @@ def traind_fuzz_test(name, srcs, deps = [], seconds = 10, size = "small", tags =
             "//conditions:default": ["replay"],
         }),
         data = [":" + name + "_bin", ":" + name + "_corpus"],
-        tags = tags + ["fuzz"],
+        tags = tags + ["fuzz", "external"],
     )

@@ -115,7 +115,6 @@ TEST(OverloadTest, TenTimesTheLimitsIsRefusedAtOnceWhileTheAdmittedWorkCompletes
 
   // Sessions: 10x the limit of 4 at once.
   std::vector<std::string> sessions;
-  std::mutex sessions_mu;
   std::vector<Outcome> creations;
   {
     std::vector<std::thread> clients;
