@@ -15,8 +15,9 @@ status=0
 # Two configurations: optimised (GCC), then the sanitizer build (clang 14: AddressSanitizer + UndefinedBehaviorSanitizer
 # + libFuzzer, .bazelrc), in which the fuzz targets fuzz for 10 s each (tests/fuzz/README.md) instead of replaying
 # their corpora. Heavy tests (multi-GB models, long kill or fuzz loops) carry the tag "no-asan": they run once,
-# optimised.
-for config in "" "--config=asan --test_tag_filters=-no-asan"; do
+# optimised (--build_tests_only: the sanitizer build compiles only the tests it runs and what they need, not the
+# benchmarks or the heavy tests it skips).
+for config in "" "--config=asan --test_tag_filters=-no-asan --build_tests_only"; do
   echo "== bazel test ${config:-(opt)} //..." >&2
   bazel test ${config} --test_summary=short //... 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
