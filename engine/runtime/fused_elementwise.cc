@@ -50,28 +50,24 @@ absl::Status FusedElementwiseKernel::Compute(KernelContext& context) const {
       chunks, std::max<int64_t>(1, kParallelElementThreshold / kChunk), [&](int64_t begin, int64_t end) {
         // One chunk per step except the last, which writes the output in place.
         std::vector<float> values(static_cast<size_t>(std::max<int64_t>(last, 1) * kChunk));
-        std::vector<const float*> operands;
-        std::vector<bool> broadcast;
+        const float* operands[kMaxFusedArity];
+        bool broadcast[kMaxFusedArity];
         for (int64_t chunk = begin; chunk < end; ++chunk) {
           const int64_t offset = chunk * kChunk, length = std::min(kChunk, n - offset);
           for (int64_t s = 0; s <= last; ++s) {
             const Step& step = steps_[s];
-            operands.clear();
-            broadcast.clear();
-            for (int operand : step.operands) {
+            for (size_t k = 0; k < step.operands.size(); ++k) {
+              const int operand = step.operands[k];
               if (operand >= 0) {
-                const bool scalar = input_is_scalar_[operand];
-                operands.push_back(scalar ? inputs[operand] : inputs[operand] + offset);
-                broadcast.push_back(scalar);
+                broadcast[k] = input_is_scalar_[operand];
+                operands[k] = broadcast[k] ? inputs[operand] : inputs[operand] + offset;
               } else {
-                operands.push_back(values.data() + (-1 - operand) * kChunk);
-                broadcast.push_back(false);
+                broadcast[k] = false;
+                operands[k] = values.data() + (-1 - operand) * kChunk;
               }
             }
-            bool flags[8];
-            std::copy(broadcast.begin(), broadcast.end(), flags);
             float* target = s == last ? out + offset : values.data() + s * kChunk;
-            step.fn->Apply(operands.data(), flags, length, target);
+            step.fn->Apply(operands, broadcast, length, target);
           }
         }
       });

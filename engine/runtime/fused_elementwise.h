@@ -23,6 +23,9 @@
 
 namespace traind::engine {
 
+// The most operands one fused step takes (Compile fuses no kernel of a larger arity).
+inline constexpr int kMaxFusedArity = 8;
+
 class FusedElementwiseKernel final : public Kernel {
  public:
   // One step: `fn` (owned by one of `kernels`) over operands, each an input of the fused node (>= 0) or the value

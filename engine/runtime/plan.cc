@@ -323,7 +323,7 @@ class Compiler {
       const PlannedNode& node = plan_->nodes[n];
       const ElementwiseFloatFn* fn = node.kernel->elementwise_float();
       if (fn == nullptr || node.outputs.size() != 1 || !is_float_with_shape(node.outputs[0]) ||
-          static_cast<int>(node.inputs.size()) != fn->arity() || fn->arity() > 8) {
+          static_cast<int>(node.inputs.size()) != fn->arity() || fn->arity() > kMaxFusedArity) {
         return false;
       }
       const Shape& shape = types[node.outputs[0]]->dims;
