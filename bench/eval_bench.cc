@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "bench/bench_stats.h"
+#include "engine/core/tensor.h"
 #include "engine/core/thread_pool.h"
 #include "engine/gpu/gpu_executor.h"
 #include "engine/io/npy.h"
@@ -232,6 +233,7 @@ int Main() {
 }  // namespace traind::engine
 
 int main(int argc, char** argv) {
+  traind::engine::ConfigureProcessAllocator();  // as the daemon does
   absl::ParseCommandLine(argc, argv);
   return traind::engine::Main();
 }

@@ -35,6 +35,7 @@
 #include "absl/strings/strip.h"
 #include "bench/bench_stats.h"
 #include "engine/core/status_macros.h"
+#include "engine/core/tensor.h"
 #include "engine/gpu/gpu_executor.h"
 #include "engine/io/npy.h"
 #include "engine/model/model_loader.h"
@@ -396,6 +397,11 @@ int Main() {
       (stream != nullptr ? static_cast<double>(stream->peak_bytes_in_use())
                          : static_cast<double>(TrainingExecutor(trainer)->buffers().peak_bytes_in_use())) /
       (1024.0 * 1024.0);
+  // What the pool held at most, its free cached buffers included (the CPU executor's pool; on a GPU, the same).
+  const double pool_held_mb =
+      (stream != nullptr ? static_cast<double>(stream->peak_bytes_in_use())
+                         : static_cast<double>(TrainingExecutor(trainer)->buffers().peak_bytes_held())) /
+      (1024.0 * 1024.0);
   std::string placement = "cpu";
   if (stream != nullptr) {
     const auto& training = dynamic_cast<const gpu::GpuExecutor&>(trainer.module->training_session().executor());
@@ -405,17 +411,17 @@ int Main() {
   if (absl::GetFlag(FLAGS_json)) {
     std::printf("{\"model\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"median_ms\": %.4f, "
                 "\"p10_ms\": %.4f, \"p90_ms\": %.4f, \"steps\": %zu, \"peak_rss_mb\": %.1f, \"peak_pool_mb\": %.1f, "
-                "\"first_loss\": %.7g, \"last_loss\": %.7g, \"uploads_per_step\": %.2f, "
+                "\"pool_held_mb\": %.1f, \"first_loss\": %.7g, \"last_loss\": %.7g, \"uploads_per_step\": %.2f, "
                 "\"upload_bytes_per_step\": %.0f, \"downloads_per_step\": %.2f, \"download_bytes_per_step\": %.0f}\n",
                 absl::GetFlag(FLAGS_model).c_str(), absl::GetFlag(FLAGS_device).c_str(), threads, median,
-                Percentile(ms, 0.1), Percentile(ms, 0.9), ms.size(), peak_rss_mb, peak_pool_mb, losses.front(),
-                losses.back(), moved.uploads / steps, moved.upload_bytes / steps, moved.downloads / steps,
+                Percentile(ms, 0.1), Percentile(ms, 0.9), ms.size(), peak_rss_mb, peak_pool_mb, pool_held_mb,
+                losses.front(), losses.back(), moved.uploads / steps, moved.upload_bytes / steps, moved.downloads / steps,
                 moved.download_bytes / steps);
   } else {
     std::printf("model %s threads %d: median %.3f ms/step (p10 %.3f, p90 %.3f, %zu steps), peak RSS %.1f MB, "
-                "peak pool %.1f MB, loss %.6g -> %.6g\n",
+                "peak pool %.1f MB (held %.1f MB), loss %.6g -> %.6g\n",
                 absl::GetFlag(FLAGS_model).c_str(), threads, median, Percentile(ms, 0.1), Percentile(ms, 0.9),
-                ms.size(), peak_rss_mb, peak_pool_mb, losses.front(), losses.back());
+                ms.size(), peak_rss_mb, peak_pool_mb, pool_held_mb, losses.front(), losses.back());
     if (stream != nullptr) {
       std::printf("device %s\ntransfers per step: %.2f uploads (%.0f bytes), %.2f downloads (%.0f bytes), "
                   "%.2f device-to-device copies\n",
@@ -462,6 +468,7 @@ std::vector<std::string> JoinRepeatedListFlags(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
+  traind::engine::ConfigureProcessAllocator();  // as the daemon does
   std::vector<std::string> args = JoinRepeatedListFlags(argc, argv);
   std::vector<char*> pointers;
   for (std::string& arg : args) pointers.push_back(arg.data());

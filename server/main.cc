@@ -17,6 +17,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/time/time.h"
+#include "engine/core/tensor.h"
 #include "server/config_file.h"
 #include "server/logging.h"
 #include "server/server.h"
@@ -154,6 +155,7 @@ int WaitForSignal() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  traind::engine::ConfigureProcessAllocator();  // before any thread starts
   absl::SetProgramUsageMessage("traind: a gRPC daemon that trains ONNX models.\nUsage: traind [--flag=value...]");
   absl::FlagsUsageConfig usage_config;
   usage_config.version_string = [] { return std::string("traind ") + traind::kTraindVersion + "\n"; };

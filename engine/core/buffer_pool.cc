@@ -11,7 +11,7 @@ BufferPool::State::~State() { DropCache(); }
 void BufferPool::State::DropCache() {
   for (auto& [capacity, buffers] : free_by_capacity) {
     for (void* data : buffers) {
-      AlignedFree(data);
+      AlignedFree(data, capacity);
       if (budget != nullptr) budget->Release(static_cast<int64_t>(capacity));
     }
   }
@@ -61,7 +61,7 @@ void BufferPool::Release(const std::weak_ptr<State>& weak_state, const std::shar
       return;
     }
   }
-  AlignedFree(data);
+  AlignedFree(data, capacity);
   if (budget != nullptr) budget->Release(static_cast<int64_t>(capacity));
 }
 
@@ -113,6 +113,7 @@ absl::StatusOr<std::shared_ptr<Buffer>> BufferPool::Acquire(size_t size_bytes, D
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->bytes_in_use += capacity;
     state_->peak_bytes_in_use = std::max(state_->peak_bytes_in_use, state_->bytes_in_use);
+    state_->peak_bytes_held = std::max(state_->peak_bytes_held, state_->bytes_in_use + state_->cached_bytes);
   }
   std::weak_ptr<State> weak_state = state_;
   return std::make_shared<Buffer>(data, size_bytes, capacity,
@@ -150,6 +151,11 @@ size_t BufferPool::bytes_in_use() const {
 size_t BufferPool::peak_bytes_in_use() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->peak_bytes_in_use;
+}
+
+size_t BufferPool::peak_bytes_held() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->peak_bytes_held;
 }
 
 size_t BufferPool::reuse_count() const {

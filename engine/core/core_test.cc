@@ -94,6 +94,29 @@ TEST(BufferPoolTest, CountsBytesInUseAndTheirPeak) {
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(pool->bytes_in_use(), a_bytes);
   EXPECT_EQ(pool->peak_bytes_in_use(), a_bytes + b_bytes);
+  // A request of another bucket while b's buffer sits in the cache: the pool holds both.
+  auto d = pool->AllocateTensor(DataType::kFloat32, {4000});
+  ASSERT_TRUE(d.ok());
+  const size_t d_bytes = BufferPool::BucketCapacity(16000);
+  EXPECT_EQ(pool->peak_bytes_in_use(), a_bytes + d_bytes);
+  EXPECT_EQ(pool->peak_bytes_held(), a_bytes + b_bytes + d_bytes);
+}
+
+// Large buffers are mappings of their own (tensor.cc), small ones come from malloc: both aligned, writable to
+// the last byte, and freed by the size they were allocated with.
+TEST(TensorTest, LargeAndSmallAllocationsAreAlignedAndWholeWritable) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4096}, (size_t{1} << 20) - 1, size_t{1} << 20,
+                       (size_t{3} << 20) + 7}) {
+    void* data = AlignedAllocate(bytes);
+    ASSERT_NE(data, nullptr) << bytes;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % kTensorAlignment, 0u) << bytes;
+    if (bytes > 0) {
+      std::memset(data, 0x5a, bytes);
+      EXPECT_EQ(static_cast<unsigned char*>(data)[bytes - 1], 0x5a);
+    }
+    AlignedFree(data, bytes);
+  }
+  EXPECT_EQ(AlignedAllocate(size_t{1} << 63), nullptr);
 }
 
 TEST(BufferPoolTest, BuffersMayOutliveThePool) {

@@ -101,9 +101,18 @@ class Buffer {
 };
 
 // Raw aligned allocation helpers shared by Buffer and BufferPool. Never returns null for success:
-// size 0 allocates one alignment unit so empty tensors still have a valid pointer.
+// size 0 allocates one alignment unit so empty tensors still have a valid pointer. Large buffers are mappings of
+// their own (tensor.cc); AlignedFree must be given the size they were allocated with.
 void* AlignedAllocate(size_t bytes);
-void AlignedFree(void* data);
+void AlignedFree(void* data, size_t bytes);
+
+// For the main() of a process that trains (the daemon, the benchmarks), before it starts threads: fixes glibc
+// malloc's mmap threshold at its initial 128 KiB. By default malloc raises the threshold to the size of each large
+// block freed (up to 32 MiB), and from then on serves such blocks from its heaps; oneDNN's GEMM takes packing
+// buffers of a few MB from malloc inside every parallel region, so each worker thread's arena grew by their
+// fragments and kept them: 23 MB of a LoRA step's 310 MB peak RSS on the BERT-size encoder (bench/train_bench,
+// two layers). Blocks of 128 KiB and up are then mapped and unmapped per allocation (a few page faults per MB).
+void ConfigureProcessAllocator();
 
 class Tensor {
  public:
