@@ -41,11 +41,15 @@ class ModelBuilder {
     for (int64_t dim : dims) shape->add_dim()->set_dim_value(dim);
   }
 
-  void ScalarInitializer(const std::string& name, double value) {
+  void ScalarInitializer(const std::string& name, double value) {  // of the model's float type
     auto* tensor = model_.mutable_graph()->add_initializer();
     tensor->set_name(name);
-    tensor->set_data_type(onnx::TensorProto::DOUBLE);
-    tensor->add_double_data(value);
+    tensor->set_data_type(elem_type_);
+    if (elem_type_ == onnx::TensorProto::FLOAT) {
+      tensor->add_float_data(static_cast<float>(value));
+    } else {
+      tensor->add_double_data(value);
+    }
   }
 
   void Int64ScalarInitializer(const std::string& name, int64_t value) {
@@ -704,9 +708,9 @@ TEST(GradientBuilderTest, GatherOfOneSliceMatchesFiniteDifferences) {
   }
 }
 
-// PyTorch's exported GELU, x * 0.5 * (1 + erf(x / sqrt(2))): its gradient needs x / sqrt(2) (Erf's) and
-// 1 + erf(...) (Mul's) beside x, but the backward pass recomputes both from x instead of keeping them from the
-// forward pass, and the gradients stay exact.
+// A GELU-like chain with tanh, x * 0.5 * (1 + tanh(x / sqrt(2))), which no fused rule covers: its gradient needs
+// tanh(...) (Tanh's) and 1 + tanh(...) (Mul's) beside x, but the backward pass recomputes both from x instead of
+// keeping them from the forward pass, and the gradients stay exact.
 TEST(GradientBuilderTest, CheapElementwiseValuesAreRecomputedInTheBackwardPassNotKept) {
   ModelBuilder b;
   b.Input("in", {4, 8});
@@ -718,9 +722,9 @@ TEST(GradientBuilderTest, CheapElementwiseValuesAreRecomputedInTheBackwardPassNo
   b.Node("MatMul", {"in", "W"}, "mm");
   b.Node("Add", {"mm", "bias"}, "x");
   b.Node("Div", {"x", "sqrt2"}, "scaled");
-  b.Node("Erf", {"scaled"}, "erf");
-  b.Node("Add", {"erf", "one"}, "one_plus_erf");
-  b.Node("Mul", {"x", "one_plus_erf"}, "x_times");
+  b.Node("Tanh", {"scaled"}, "tanh");
+  b.Node("Add", {"tanh", "one"}, "one_plus_tanh");
+  b.Node("Mul", {"x", "one_plus_tanh"}, "x_times");
   b.Node("Mul", {"x_times", "half"}, "gelu");
   b.Node("Mul", {"gelu", "gelu"}, "squared");
   ModelBuilder::IntAttr(b.Node("ReduceSum", {"squared"}, "loss"), "keepdims", 0);
@@ -737,12 +741,127 @@ TEST(GradientBuilderTest, CheapElementwiseValuesAreRecomputedInTheBackwardPassNo
     recomputed += node.name().find("_Grad/Recompute") != std::string::npos;
     for (const std::string& input : node.input()) {
       reads_x |= input == "x";
-      EXPECT_NE(input, "scaled") << node.name() << " reads a forward value it could recompute";
-      EXPECT_NE(input, "one_plus_erf") << node.name() << " reads a forward value it could recompute";
+      EXPECT_NE(input, "tanh") << node.name() << " reads a forward value it could recompute";
+      EXPECT_NE(input, "one_plus_tanh") << node.name() << " reads a forward value it could recompute";
     }
   }
   EXPECT_TRUE(reads_x);
-  EXPECT_EQ(recomputed, 3);  // Div, Erf, Add: once each
+  EXPECT_EQ(recomputed, 3);  // Div, Tanh, Add: once each
+}
+
+
+// Exact GELU in the forms exporters write (PyTorch's F.gelu: Mul(Mul(x, 1 + erf(x / sqrt(2))), 0.5); by hand:
+// Mul(Mul(x, 0.5), ...), Mul by 1/sqrt(2), operands swapped), in float64 and float32: one GeluGrad(dY, x) is its
+// whole backward, no node of the backward pass reads or recomputes the chain's inner values, and the gradients
+// match central differences.
+void AddGelu(int form, ModelBuilder& b) {
+  // 40 x 30 values: not tiny, so that x itself is kept rather than recomputed; a linear loss reads no GELU output.
+  b.Input("in", {40, 8});
+  b.Input("W", {8, 30});
+  b.Input("bias", {30});
+  b.Input("c", {40, 30});
+  b.ScalarInitializer("sqrt2", std::sqrt(2.0));
+  b.ScalarInitializer("inv_sqrt2", 1.0 / std::sqrt(2.0));
+  b.ScalarInitializer("one", 1.0);
+  b.ScalarInitializer("half", 0.5);
+  b.Node("MatMul", {"in", "W"}, "mm");
+  b.Node("Add", {"mm", "bias"}, "x");
+  if (form == 1) {
+    b.Node("Mul", {"inv_sqrt2", "x"}, "scaled");
+  } else {
+    b.Node("Div", {"x", "sqrt2"}, "scaled");
+  }
+  b.Node("Erf", {"scaled"}, "erf");
+  if (form == 2) {
+    b.Node("Add", {"one", "erf"}, "one_plus_erf");
+    b.Node("Mul", {"half", "x"}, "x_half");
+    b.Node("Mul", {"one_plus_erf", "x_half"}, "gelu");
+  } else {
+    b.Node("Add", {"erf", "one"}, "one_plus_erf");
+    b.Node("Mul", {"x", "one_plus_erf"}, "x_times");
+    b.Node("Mul", {"x_times", "half"}, "gelu");
+  }
+  b.Node("Mul", {"gelu", "c"}, "weighted");
+  ModelBuilder::IntAttr(b.Node("ReduceSum", {"weighted"}, "loss"), "keepdims", 0);
+  b.Output("loss");
+}
+
+TEST(GradientBuilderTest, ExactGeluHasOneFusedGradientInEveryExportedForm) {
+  for (int form = 0; form < 3; ++form) {
+    SCOPED_TRACE(form);
+    ModelBuilder b;
+    AddGelu(form, b);
+    ExpectGradientsMatchFiniteDifferences(b, {"W", "bias"}, RandomInputs(b, 11 + form, /*positive=*/false));
+    auto gradient_model = BuildGradientModel(b.model(), {"loss", {"W", "bias"}});
+    ASSERT_TRUE(gradient_model.ok()) << gradient_model.status();
+    int gelu_grads = 0;
+    for (int n = b.model().graph().node_size(); n < gradient_model->graph().node_size(); ++n) {
+      const onnx::NodeProto& node = gradient_model->graph().node(n);
+      gelu_grads += node.op_type() == "GeluGrad";
+      EXPECT_NE(node.op_type(), "ErfGrad");
+      EXPECT_EQ(node.name().find("_Grad/Recompute"), std::string::npos) << node.name();
+      for (const std::string& input : node.input()) {
+        for (const char* inner : {"scaled", "erf", "one_plus_erf", "x_times", "x_half"}) {
+          EXPECT_NE(input, inner) << node.name() << " reads the inner value " << inner;
+        }
+      }
+    }
+    EXPECT_EQ(gelu_grads, 1);
+  }
+}
+
+// The same chain where an inner value also feeds something else: no fusion (the other reader needs its
+// gradient through the chain's own rules), and the gradients are still exact.
+TEST(GradientBuilderTest, AGeluWhoseInnerValueIsReadElsewhereIsDifferentiatedNodeByNode) {
+  ModelBuilder b;
+  b.Input("in", {4, 8});
+  b.Input("W", {8, 30});
+  b.ScalarInitializer("sqrt2", std::sqrt(2.0));
+  b.ScalarInitializer("one", 1.0);
+  b.ScalarInitializer("half", 0.5);
+  b.Node("MatMul", {"in", "W"}, "x");
+  b.Node("Div", {"x", "sqrt2"}, "scaled");
+  b.Node("Erf", {"scaled"}, "erf");
+  b.Node("Add", {"erf", "one"}, "one_plus_erf");
+  b.Node("Mul", {"x", "one_plus_erf"}, "x_times");
+  b.Node("Mul", {"x_times", "half"}, "gelu");
+  b.Node("Mul", {"gelu", "erf"}, "mixed");  // erf read a second time
+  b.Node("Mul", {"mixed", "mixed"}, "squared");
+  ModelBuilder::IntAttr(b.Node("ReduceSum", {"squared"}, "loss"), "keepdims", 0);
+  b.Output("loss");
+  ExpectGradientsMatchFiniteDifferences(b, {"W"}, RandomInputs(b, 17, /*positive=*/false));
+  auto gradient_model = BuildGradientModel(b.model(), {"loss", {"W"}});
+  ASSERT_TRUE(gradient_model.ok()) << gradient_model.status();
+  for (const auto& node : gradient_model->graph().node()) EXPECT_NE(node.op_type(), "GeluGrad");
+}
+
+// float32, as models are trained: the fused gradient against float64 central differences of the same model.
+TEST(GradientBuilderTest, ExactGeluInFloat32MatchesTheFloat64Gradient) {
+  ModelBuilder b32(onnx::TensorProto::FLOAT), b64;
+  AddGelu(0, b32);
+  AddGelu(0, b64);
+  const NamedTensors inputs64 = RandomInputs(b64, 23, /*positive=*/false);
+  NamedTensors inputs32;
+  for (const auto& [name, tensor] : inputs64) {
+    Tensor single = *Tensor::Allocate(DataType::kFloat32, tensor.shape());
+    for (int64_t i = 0; i < tensor.num_elements(); ++i) Set(single, i, Get(tensor, i));
+    inputs32.emplace_back(name, single);
+  }
+  auto run = [](const ModelBuilder& b, const NamedTensors& inputs) {
+    auto gradient_model = BuildGradientModel(b.model(), {"loss", {"bias"}});
+    EXPECT_TRUE(gradient_model.ok()) << gradient_model.status();
+    auto session = Session::Create(*gradient_model);
+    EXPECT_TRUE(session.ok()) << session.status();
+    auto outputs = (*session)->Run(inputs);
+    EXPECT_TRUE(outputs.ok()) << outputs.status();
+    for (const auto& [name, tensor] : *outputs) {
+      if (name == GradientName("bias")) return tensor;
+    }
+    return Tensor();
+  };
+  const Tensor g32 = run(b32, inputs32), g64 = run(b64, inputs64);
+  ASSERT_EQ(g32.num_elements(), 30);
+  for (int64_t i = 0; i < 30; ++i) EXPECT_NEAR(Get(g32, i), Get(g64, i), 1e-4 * std::max(1.0, std::fabs(Get(g64, i))));
 }
 
 TEST(GradientBuilderTest, AnOpWithoutAGradientRuleOnThePathIsReportedWithTheParametersItBlocks) {

@@ -214,6 +214,12 @@ onnx::OpSchema ErfGradSchema() {
   return ActivationGradSchema("ErfGrad", "Gradient of Erf: dX = dY * 2/sqrt(pi) * exp(-X^2).");
 }
 
+onnx::OpSchema GeluGradSchema() {
+  return ActivationGradSchema("GeluGrad",
+                              "Gradient of exact GELU, X * Phi(X): dX = dY * (Phi(X) + X * phi(X)), Phi the standard "
+                              "normal CDF, phi its density.");
+}
+
 // Normalisation gradients: dX like X, dScale and dB like Scale.
 onnx::OpSchema NormalizationGradSchema(const char* name, const char* doc) {
   onnx::OpSchema schema;
@@ -257,7 +263,7 @@ const std::vector<SchemaFactory>& Schemas() {
   static const auto* schemas = new std::vector<SchemaFactory>{
       // Gradient kernels:
       ConvGradSchema, MaxPoolGradSchema, BatchNormalizationGradSchema, LayerNormalizationGradSchema, ReluGradSchema,
-      ErfGradSchema,
+      ErfGradSchema, GeluGradSchema,
       // Optimizers and gradient accumulation:
       AccumulateGradientSchema,
       AdamWSchema,

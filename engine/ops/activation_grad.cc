@@ -1,7 +1,9 @@
 // Fused activation gradients (domain ai.traind.training), one pass each instead of a chain of standard ops with
 // a temporary per step:
 //   ReluGrad(dY, X) -> dX = dY where X > 0, else 0        (was Greater -> Cast -> Mul)
-//   ErfGrad(dY, X)  -> dX = dY * 2/sqrt(pi) * exp(-X^2)   (was Mul -> Neg -> Exp -> Mul -> Mul; GELU's backward)
+//   ErfGrad(dY, X)  -> dX = dY * 2/sqrt(pi) * exp(-X^2)   (was Mul -> Neg -> Exp -> Mul -> Mul)
+//   GeluGrad(dY, X) -> dX = dY * (Phi(X) + X * phi(X))    (the whole backward of exact GELU, which the gradient
+//                                                          builder recognises in its exported decomposition)
 #include "engine/ops/activation_grad.h"
 
 #include <cmath>
@@ -42,6 +44,27 @@ void ErfGradRange(const float* __restrict dy, const float* __restrict x, float* 
 
 void ErfGradRange(const double* __restrict dy, const double* __restrict x, double* __restrict dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * kTwoOverSqrtPi * std::exp(-x[i] * x[i]);
+}
+
+// GELU(x) = x * Phi(x) with Phi the standard normal CDF, 0.5 * (1 + erf(x / sqrt(2))); its slope is
+// Phi(x) + x * phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+constexpr double kSqrtHalf = 0.70710678118654752;
+constexpr double kInvSqrtTwoPi = 0.39894228040143268;
+
+void GeluGradRange(const float* __restrict dy, const float* __restrict x, float* __restrict dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float cdf = 0.5f * (1.0f + FastErf(v * static_cast<float>(kSqrtHalf)));
+    const float pdf = static_cast<float>(kInvSqrtTwoPi) * FastExp(-0.5f * v * v);
+    dx[i] = dy[i] * (cdf + v * pdf);
+  }
+}
+
+void GeluGradRange(const double* __restrict dy, const double* __restrict x, double* __restrict dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    dx[i] = dy[i] * (0.5 * (1.0 + std::erf(v * kSqrtHalf)) + v * kInvSqrtTwoPi * std::exp(-0.5 * v * v));
+  }
 }
 
 // dX from dY and X elementwise; `Range(dy, x, dx, n)` does a contiguous run.
@@ -103,6 +126,10 @@ class ReluGradKernel final : public Kernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateErfGradKernel(const KernelInit&) {
   return std::unique_ptr<Kernel>(new ElementwiseGradKernel("ErfGrad", &ErfGradRange, &ErfGradRange));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateGeluGradKernel(const KernelInit&) {
+  return std::unique_ptr<Kernel>(new ElementwiseGradKernel("GeluGrad", &GeluGradRange, &GeluGradRange));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateReluGradKernel(const KernelInit&) {

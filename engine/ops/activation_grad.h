@@ -1,4 +1,4 @@
-// The contract of ReluGrad and ErfGrad (ai.traind.training), one place for both devices (activation_grad.cc on the
+// The contract of ReluGrad, ErfGrad and GeluGrad (ai.traind.training), one place for both devices (activation_grad.cc on the
 // CPU, activation_grad_gpu.cc on the GPU).
 #ifndef TRAIND_ENGINE_OPS_ACTIVATION_GRAD_H_
 #define TRAIND_ENGINE_OPS_ACTIVATION_GRAD_H_

@@ -1,4 +1,4 @@
-// GPU kernels of ReluGrad and ErfGrad (activation_grad.cl), float32; their contract is activation_grad.h's.
+// GPU kernels of ReluGrad, ErfGrad and GeluGrad (activation_grad.cl), float32; their contract is activation_grad.h's.
 #include "engine/ops/activation_grad.h"
 #include "engine/ops/gpu_util.h"
 
@@ -37,6 +37,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> CreateReluGradGpuKernel(const GpuKern
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> CreateErfGradGpuKernel(const GpuKernelInit& init) {
   return Make(init, "ErfGrad", "erf_grad_f32");
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> CreateGeluGradGpuKernel(const GpuKernelInit& init) {
+  return Make(init, "GeluGrad", "gelu_grad_f32");
 }
 
 }  // namespace traind::engine::gpu

@@ -1,4 +1,4 @@
-// ReluGrad / ErfGrad against their formulas evaluated with libm (finite-difference checks of the rules are in
+// ReluGrad / ErfGrad / GeluGrad against their formulas evaluated with libm (finite-difference checks of the rules are in
 // engine/autodiff/gradient_builder_test.cc).
 #include <cmath>
 
@@ -43,6 +43,34 @@ TEST(ErfGradTest, MatchesTheGaussianSlopeInFloatAndDouble) {
       .AddInput<double>("x", {n}, x64)
       .AddOutput<double>("dx", {n}, expected64)
       .SetTolerance(1e-14, 0)
+      .Run();
+}
+
+TEST(GeluGradTest, MatchesTheSlopeOfExactGeluInFloatAndDouble) {
+  std::vector<float> x, dy, expected;
+  std::vector<double> x64, dy64, expected64;
+  for (int i = -80; i <= 80; ++i) {
+    x.push_back(i / 10.0f);
+    dy.push_back(1.0f - i / 200.0f);
+    const double v = x.back();
+    const double slope = 0.5 * (1.0 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI);
+    expected.push_back(static_cast<float>(dy.back() * slope));
+    x64.push_back(v);
+    dy64.push_back(dy.back());
+    expected64.push_back(dy.back() * slope);
+  }
+  const int64_t n = static_cast<int64_t>(x.size());
+  OpTester("GeluGrad", kTraindTrainingVersion, kTraindTrainingDomain)
+      .AddInput<float>("dy", {n}, dy)
+      .AddInput<float>("x", {n}, x)
+      .AddOutput<float>("dx", {n}, expected)
+      .SetTolerance(1e-6, 1e-6)
+      .Run();
+  OpTester("GeluGrad", kTraindTrainingVersion, kTraindTrainingDomain)
+      .AddInput<double>("dy", {n}, dy64)
+      .AddInput<double>("x", {n}, x64)
+      .AddOutput<double>("dx", {n}, expected64)
+      .SetTolerance(1e-14, 1e-15)
       .Run();
 }
 

@@ -41,9 +41,9 @@ TEST(UnaryGpuTest, NonFiniteValuesBehaveAsOnTheCpu) {
   }
 }
 
-TEST(ActivationGradGpuTest, ReluGradAndErfGradMatchTheCpu) {
+TEST(ActivationGradGpuTest, ReluGradErfGradAndGeluGradMatchTheCpu) {
   TRAIND_REQUIRE_GPU();
-  for (const char* op : {"ReluGrad", "ErfGrad"}) {
+  for (const char* op : {"ReluGrad", "ErfGrad", "GeluGrad"}) {
     SCOPED_TRACE(op);
     OpTester test(op, kTraindTrainingVersion, kTraindTrainingDomain);
     test.AddInputTensor("dy", RandomTensor({5, 17}, -1, 1, 2)).AddInputTensor("x", RandomTensor({5, 17}, -3, 3, 3));
