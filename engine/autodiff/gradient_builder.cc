@@ -603,9 +603,62 @@ class Builder {
     if (it->second.size() == 1) return it->second.front();
     const std::string total = TempName(value + "_grad");
     GradientRuleContext context(graph_.node(0), 0, {}, {}, Callbacks());
-    context.Emit("Sum", it->second, {total});
+    if (std::optional<std::vector<std::string>> slices = SliceGradientsInOrder(value, it->second)) {
+      GradientRuleContext::SetIntAttr(context.Emit("Concat", *slices, {total}), "axis", 0);
+    } else {
+      context.Emit("Sum", it->second, {total});
+    }
     it->second = {total};
     return total;
+  }
+
+  // The gradient of a one-slice Gather along axis 0 (PyTorch's q, k, v = qkv[0], qkv[1], qkv[2]) is dY unsqueezed
+  // and padded with zeros to the whole input (GatherGradient). When the partials of `value` are such Pads and
+  // their slices cover every index of axis 0 exactly once, their Sum is the Concat of the unpadded slices: one copy
+  // of the tensor instead of a zero-padded copy per slice and a sum over all of them. Returns the slices in index
+  // order after removing the Pads (nothing else reads them), or nullopt and changes nothing.
+  std::optional<std::vector<std::string>> SliceGradientsInOrder(const std::string& value,
+                                                                const std::vector<std::string>& partials) {
+    const ValueFacts* facts = Facts(value);
+    if (facts == nullptr || !facts->has_static_shape || facts->dims.empty() ||
+        facts->dims[0] != static_cast<int64_t>(partials.size())) {
+      return std::nullopt;
+    }
+    const size_t rank = facts->dims.size();
+    absl::flat_hash_map<std::string, int> producer;
+    for (int n = 0; n < graph_.node_size(); ++n) {
+      for (const auto& output : graph_.node(n).output()) producer[output] = n;
+    }
+    auto standard = [](const onnx::NodeProto& node, absl::string_view op) {
+      return (node.domain().empty() || node.domain() == "ai.onnx") && node.op_type() == op;
+    };
+    std::vector<std::string> slices(partials.size());
+    std::vector<int> pad_nodes;
+    for (const std::string& partial : partials) {
+      auto pad = producer.find(partial);
+      if (pad == producer.end()) return std::nullopt;
+      const onnx::NodeProto& pad_node = graph_.node(pad->second);
+      if (!standard(pad_node, "Pad") || pad_node.input_size() != 2 || pad_node.attribute_size() != 0) {
+        return std::nullopt;
+      }
+      const std::optional<std::vector<int64_t>> pads = ConstantInts(pad_node.input(1));
+      if (!pads || pads->size() != 2 * rank) return std::nullopt;
+      for (size_t axis = 1; axis < rank; ++axis) {
+        if ((*pads)[axis] != 0 || (*pads)[axis + rank] != 0) return std::nullopt;
+      }
+      const int64_t slice = (*pads)[0];
+      if (slice < 0 || slice >= facts->dims[0] || (*pads)[rank] != facts->dims[0] - 1 - slice ||
+          !slices[slice].empty()) {
+        return std::nullopt;
+      }
+      // Padded to `value`'s shape by pads on axis 0 alone that add up to dims[0] - 1: the padded input is one
+      // slice, [1, dims[1], ...].
+      slices[slice] = pad_node.input(0);
+      pad_nodes.push_back(pad->second);
+    }
+    std::sort(pad_nodes.rbegin(), pad_nodes.rend());
+    for (int n : pad_nodes) graph_.mutable_node()->DeleteSubrange(n, 1);
+    return slices;
   }
 
   onnx::ModelProto model_;

@@ -708,6 +708,40 @@ TEST(GradientBuilderTest, GatherOfOneSliceMatchesFiniteDifferences) {
   }
 }
 
+// PyTorch's q, k, v = qkv[0], qkv[1], qkv[2]: three one-slice Gathers that cover axis 0. Their gradients are
+// concatenated (no Pad, no Sum left in the backward pass); with a slice left out (or read twice) they are summed
+// as before. Exact either way.
+TEST(GradientBuilderTest, OneSliceGathersCoveringTheAxisHaveTheirGradientsConcatenated) {
+  for (const std::vector<int64_t>& picked : {std::vector<int64_t>{2, 0, 1}, std::vector<int64_t>{0, 2},
+                                             std::vector<int64_t>{1, 1, 0}}) {
+    ModelBuilder b;
+    b.Input("data", {3, 2, 4});
+    b.Input("w", {2, 4});
+    std::vector<std::string> terms;
+    for (size_t i = 0; i < picked.size(); ++i) {
+      const std::string k = std::to_string(i);
+      b.Int64ScalarInitializer("index" + k, picked[i]);
+      b.Node("Gather", {"data", "index" + k}, "slice" + k);
+      b.Node("Mul", {"slice" + k, i == 0 ? "w" : "slice" + k}, "term" + k);  // slices enter the loss differently
+      terms.push_back("term" + k);
+    }
+    b.Node("Sum", terms, "total");
+    ModelBuilder::IntAttr(b.Node("ReduceSum", {"total"}, "loss"), "keepdims", 0);
+    b.Output("loss");
+    ExpectGradientsMatchFiniteDifferences(b, {"data"}, RandomInputs(b, 7, false));
+    auto gradient_model = BuildGradientModel(b.model(), {"loss", {"data"}});
+    ASSERT_TRUE(gradient_model.ok()) << gradient_model.status();
+    int pads = 0, concats = 0;
+    for (const auto& node : gradient_model->graph().node()) {
+      pads += node.op_type() == "Pad";
+      concats += node.op_type() == "Concat";
+    }
+    const bool covers = picked.size() == 3 && picked != std::vector<int64_t>{1, 1, 0};
+    EXPECT_EQ(pads, covers ? 0 : static_cast<int>(picked.size()));
+    EXPECT_EQ(concats, covers ? 1 : 0);
+  }
+}
+
 // A GELU-like chain with tanh, x * 0.5 * (1 + tanh(x / sqrt(2))), which no fused rule covers: its gradient needs
 // tanh(...) (Tanh's) and 1 + tanh(...) (Mul's) beside x, but the backward pass recomputes both from x instead of
 // keeping them from the forward pass, and the gradients stay exact.
