@@ -98,6 +98,31 @@ def attention():
                   tensor("beta", np.zeros(4, np.float32))])
 
 
+def gelu_qkv():
+    """q, k, v = t[0], t[1], t[2] (one-slice Gathers whose gradients are concatenated) and exact GELU as PyTorch
+    exports it, its constants in Constant nodes (one fused GeluGrad): the two patterns the gradient builder
+    rewrites. Its own generator, so that adding it left the other seeds' bytes alone."""
+    constants = [helper.make_node("Constant", [], [n], value=tensor(n, v))
+                 for n, v in (("half", np.float32(0.5)), ("one", np.float32(1.0)), ("sqrt2", np.float32(np.sqrt(2))),
+                              ("i0", np.int64(0)), ("i1", np.int64(1)), ("i2", np.int64(2)))]
+    w = (np.random.default_rng(5).standard_normal((4, 12)) * 0.3).astype(np.float32)
+    return model(constants + [helper.make_node("MatMul", ["x", "w"], ["h"]),
+                              helper.make_node("Reshape", ["h", "shape"], ["r"]),
+                              helper.make_node("Transpose", ["r"], ["t"], perm=[1, 0, 2]),
+                              helper.make_node("Gather", ["t", "i0"], ["q"]),
+                              helper.make_node("Gather", ["t", "i1"], ["k"]),
+                              helper.make_node("Gather", ["t", "i2"], ["v"]),
+                              helper.make_node("Mul", ["q", "k"], ["qk"]),
+                              helper.make_node("Add", ["qk", "v"], ["s"]),
+                              helper.make_node("Div", ["s", "sqrt2"], ["d"]),
+                              helper.make_node("Erf", ["d"], ["e"]),
+                              helper.make_node("Add", ["e", "one"], ["p"]),
+                              helper.make_node("Mul", ["s", "p"], ["m"]),
+                              helper.make_node("Mul", ["m", "half"], ["y"])],
+                 [f32("x", [2, 4])], [f32("y", [2, 4])],
+                 [tensor("w", w), tensor("shape", np.array([2, 3, 4], np.int64))])
+
+
 def shapes():
     # Shape arithmetic the runtime does from data: the resource-bomb ops at harmless sizes.
     return model([helper.make_node("Shape", ["x"], ["s"]),
@@ -290,10 +315,10 @@ def main():
             if name.startswith("seed-"):
                 os.remove(os.path.join(CORPUS, target, name))
     models = {"mlp": mlp(), "cnn": cnn(), "attention": attention(), "shapes": shapes(), "indexing": indexing(),
-              "pooling": pooling(), "legacy_opset6": legacy_opset(), "losses": losses()}
+              "pooling": pooling(), "legacy_opset6": legacy_opset(), "losses": losses(), "gelu_qkv": gelu_qkv()}
     for name, data in models.items():
         write("model_fuzzer", f"seed-{name}.onnx", data)
-    for name in ("mlp", "cnn", "attention", "pooling", "losses"):
+    for name in ("mlp", "cnn", "attention", "pooling", "losses", "gelu_qkv"):
         write("train_fuzzer", f"seed-{name}.onnx", models[name])
     for name, data in {"mse": loss_graph_mse(), "l1_weighted": loss_graph_l1_weighted(),
                        "softmax_opset13": loss_graph_softmax()}.items():
