@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/autodiff/gradient_rule.h"
+#include "engine/model/tensor_proto.h"
 #include "engine/model/traind_schemas.h"
 #include "engine/runtime/session.h"
 #include "onnx/checker.h"
@@ -224,24 +225,10 @@ class Builder {
       }
     }
     if (tensor == nullptr || tensor->data_location() == onnx::TensorProto::EXTERNAL) return std::nullopt;
-    for (int64_t dim : tensor->dims()) {
-      if (dim != 1) return std::nullopt;
-    }
-    if (tensor->data_type() == onnx::TensorProto::FLOAT) {
-      if (tensor->float_data_size() == 1) return tensor->float_data(0);
-      if (tensor->raw_data().size() == sizeof(float)) {
-        float scalar;
-        std::memcpy(&scalar, tensor->raw_data().data(), sizeof scalar);
-        return scalar;
-      }
-    } else if (tensor->data_type() == onnx::TensorProto::DOUBLE) {
-      if (tensor->double_data_size() == 1) return tensor->double_data(0);
-      if (tensor->raw_data().size() == sizeof(double)) {
-        double scalar;
-        std::memcpy(&scalar, tensor->raw_data().data(), sizeof scalar);
-        return scalar;
-      }
-    }
+    absl::StatusOr<Tensor> scalar = TensorFromProto(*tensor, /*max_elements=*/1);
+    if (!scalar.ok() || scalar->num_elements() != 1) return std::nullopt;
+    if (scalar->dtype() == DataType::kFloat32) return scalar->data<float>()[0];
+    if (scalar->dtype() == DataType::kFloat64) return scalar->data<double>()[0];
     return std::nullopt;
   }
 
