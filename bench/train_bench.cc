@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "bench/bench_stats.h"
@@ -69,6 +70,7 @@ ABSL_FLAG(int, warmup, 10, "Untimed steps first.");
 ABSL_FLAG(int, steps, 20, "Timed steps, at least.");
 ABSL_FLAG(double, min_time, 3.0, "Seconds of timed steps, at least.");
 ABSL_FLAG(bool, profile, false, "Also print the time per op type (forward / backward) and optimizer, profiled.");
+ABSL_FLAG(int, profile_nodes, 0, "With --profile, also print the N slowest nodes, with their inputs.");
 ABSL_FLAG(std::string, dump, "", "Directory for losses.npy, grads/*.npy (first step), params/*.npy (final).");
 ABSL_FLAG(bool, json, false, "Print one JSON line instead of text.");
 ABSL_FLAG(bool, report_phases, false,
@@ -326,6 +328,19 @@ void PrintProfile(Trainer& trainer, int steps) {
   for (const auto& [seconds, op] : sorted) {
     std::fprintf(stderr, "  %-32s %3d nodes %9.3f ms %5.1f%%\n", op.c_str(), by_op[op].second,
                  1e3 * seconds / profile.runs, 100 * seconds / total);
+  }
+  const int slowest = absl::GetFlag(FLAGS_profile_nodes);
+  if (slowest <= 0) return;
+  std::vector<std::pair<double, size_t>> nodes;
+  for (size_t i = 0; i < profile.seconds_per_node.size(); ++i) nodes.emplace_back(profile.seconds_per_node[i], i);
+  std::sort(nodes.rbegin(), nodes.rend());
+  std::fprintf(stderr, "the %d slowest nodes:\n", slowest);
+  for (size_t k = 0; k < nodes.size() && k < static_cast<size_t>(slowest); ++k) {
+    const PlannedNode& node = plan.nodes[nodes[k].second];
+    std::vector<std::string> inputs;
+    for (int slot : node.inputs) inputs.push_back(slot < 0 ? "" : plan.slot_names[slot]);
+    std::fprintf(stderr, "  %8.3f ms  %s <- %s\n", 1e3 * nodes[k].first / profile.runs, node.label.c_str(),
+                 absl::StrJoin(inputs, ", ").c_str());
   }
 }
 
