@@ -6,6 +6,7 @@
 #include <random>
 
 #include "engine/model/model_loader.h"
+#include "engine/model/traind_schemas.h"
 #include "engine/runtime/session.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -108,6 +109,13 @@ class ModelBuilder {
     attribute->set_name(name);
     attribute->set_type(onnx::AttributeProto::FLOAT);
     attribute->set_f(value);
+  }
+
+  // For nodes of ai.traind.training in the forward model.
+  void ImportTraindDomain() {
+    auto* opset = model_.add_opset_import();
+    opset->set_domain(kTraindTrainingDomain);
+    opset->set_version(kTraindTrainingVersion);
   }
 
   const onnx::ModelProto& model() const { return model_; }
@@ -739,6 +747,45 @@ TEST(GradientBuilderTest, OneSliceGathersCoveringTheAxisHaveTheirGradientsConcat
     const bool covers = picked.size() == 3 && picked != std::vector<int64_t>{1, 1, 0};
     EXPECT_EQ(pads, covers ? 0 : static_cast<int>(picked.size()));
     EXPECT_EQ(concats, covers ? 1 : 0);
+  }
+}
+
+// The batched MatMul gradient multiplies by its operands transposed: FusedMatMul reads them in place, so the
+// backward pass has no Transpose at all (it had one per operand and product before).
+TEST(GradientBuilderTest, BatchedMatMulGradientsReadTransposedOperandsInPlace) {
+  ModelBuilder b;
+  b.Input("a", {2, 1, 3, 4});
+  b.Input("b", {3, 4, 2});
+  b.Node("MatMul", {"a", "b"}, "y");
+  AddSquaredSumLoss(b);
+  ExpectGradientsMatchFiniteDifferences(b, {"a", "b"}, RandomInputs(b, 13, false));
+  auto gradient_model = BuildGradientModel(b.model(), {"loss", {"a", "b"}});
+  ASSERT_TRUE(gradient_model.ok()) << gradient_model.status();
+  int transposes = 0, fused = 0;
+  for (const auto& node : gradient_model->graph().node()) {
+    transposes += node.op_type() == "Transpose";
+    fused += node.op_type() == "FusedMatMul" && node.domain() == kTraindTrainingDomain;
+  }
+  EXPECT_EQ(transposes, 0);
+  EXPECT_EQ(fused, 2);
+}
+
+// FusedMatMul's own rule, for every pair of transposes and with broadcast batches.
+TEST(GradientBuilderTest, FusedMatMulWithEveryTransposeMatchesFiniteDifferences) {
+  for (int trans_a : {0, 1}) {
+    for (int trans_b : {0, 1}) {
+      SCOPED_TRACE(::testing::Message() << "transA " << trans_a << " transB " << trans_b);
+      ModelBuilder b;
+      b.ImportTraindDomain();
+      b.Input("a", trans_a ? std::vector<int64_t>{2, 1, 4, 3} : std::vector<int64_t>{2, 1, 3, 4});
+      b.Input("b", trans_b ? std::vector<int64_t>{3, 2, 4} : std::vector<int64_t>{3, 4, 2});
+      onnx::NodeProto* node = b.Node("FusedMatMul", {"a", "b"}, "y");
+      node->set_domain(kTraindTrainingDomain);
+      ModelBuilder::IntAttr(node, "transA", trans_a);
+      ModelBuilder::IntAttr(node, "transB", trans_b);
+      AddSquaredSumLoss(b);
+      ExpectGradientsMatchFiniteDifferences(b, {"a", "b"}, RandomInputs(b, 17 + 2 * trans_a + trans_b, false));
+    }
   }
 }
 

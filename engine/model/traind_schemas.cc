@@ -259,11 +259,51 @@ onnx::OpSchema LayerNormalizationGradSchema() {
   return schema;
 }
 
+// ---- Products the gradient rules emit ----
+
+onnx::OpSchema FusedMatMulSchema() {
+  onnx::OpSchema schema;
+  schema.SetName("FusedMatMul")
+      .SetDomain(kTraindTrainingDomain)
+      .SinceVersion(kTraindTrainingVersion)
+      .SetDoc("Y = op(A) op(B), op swapping the last two axes where transA / transB is 1, otherwise MatMul's batched "
+              "semantics (ranks >= 2, batch dims broadcast). The batched MatMul gradient reads its transposed "
+              "operands in place through it instead of materialising Transposes.")
+      .Input(0, "A", "Rank >= 2.", "T")
+      .Input(1, "B", "Rank >= 2.", "T")
+      .Output(0, "Y", "The product.", "T")
+      .Attr("transA", "1: A's last two axes swapped.", onnx::AttributeProto::INT, static_cast<int64_t>(0))
+      .Attr("transB", "1: B's last two axes swapped.", onnx::AttributeProto::INT, static_cast<int64_t>(0))
+      .TypeConstraint("T", {"tensor(float)", "tensor(double)"}, "Floating point.")
+      .TypeAndShapeInferenceFunction([](onnx::InferenceContext& ctx) {
+        onnx::propagateElemTypeFromInputToOutput(ctx, 0, 0);
+        if (!onnx::hasInputShape(ctx, 0) || !onnx::hasInputShape(ctx, 1)) return;
+        const onnx::TensorShapeProto& a = onnx::getInputShape(ctx, 0);
+        const onnx::TensorShapeProto& b = onnx::getInputShape(ctx, 1);
+        if (a.dim_size() < 2 || b.dim_size() < 2) fail_shape_inference("FusedMatMul: inputs must have rank >= 2");
+        const auto attribute = [&ctx](const char* name) {
+          const onnx::AttributeProto* value = ctx.getAttribute(name);
+          return value != nullptr && value->i() != 0;
+        };
+        const bool trans_a = attribute("transA"), trans_b = attribute("transB");
+        onnx::TensorShapeProto a_batch, b_batch, y;
+        for (int d = 0; d + 2 < a.dim_size(); ++d) *a_batch.add_dim() = a.dim(d);
+        for (int d = 0; d + 2 < b.dim_size(); ++d) *b_batch.add_dim() = b.dim(d);
+        onnx::bidirectionalBroadcastShapeInference(a_batch, b_batch, y);
+        *y.add_dim() = a.dim(a.dim_size() - (trans_a ? 1 : 2));
+        *y.add_dim() = b.dim(b.dim_size() - (trans_b ? 2 : 1));
+        *onnx::getOutputShape(ctx, 0) = y;
+      });
+  return schema;
+}
+
 const std::vector<SchemaFactory>& Schemas() {
   static const auto* schemas = new std::vector<SchemaFactory>{
       // Gradient kernels:
       ConvGradSchema, MaxPoolGradSchema, BatchNormalizationGradSchema, LayerNormalizationGradSchema, ReluGradSchema,
       ErfGradSchema, GeluGradSchema,
+      // Products:
+      FusedMatMulSchema,
       // Optimizers and gradient accumulation:
       AccumulateGradientSchema,
       AdamWSchema,

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/traind_schemas.h"
 #include "engine/ops/broadcast.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/runtime/kernel.h"
@@ -40,6 +41,43 @@ absl::StatusOr<MatMulShapes> CheckMatMulInputs(const Tensor& a, const Tensor& b)
   shapes.output = shapes.batch;
   if (a.rank() > 1) shapes.output.push_back(shapes.m);
   if (b.rank() > 1) shapes.output.push_back(shapes.n);
+  return shapes;
+}
+
+absl::StatusOr<MatMulTransposes> ParseFusedMatMulAttributes(const KernelInit& init) {
+  MatMulTransposes transposes;
+  TRAIND_ASSIGN_OR_RETURN(const int64_t trans_a, init.GetInt("transA", 0));
+  TRAIND_ASSIGN_OR_RETURN(const int64_t trans_b, init.GetInt("transB", 0));
+  if ((trans_a != 0 && trans_a != 1) || (trans_b != 0 && trans_b != 1)) {
+    return init.Error("attributes 'transA' and 'transB' must be 0 or 1");
+  }
+  transposes.a = trans_a == 1;
+  transposes.b = trans_b == 1;
+  return transposes;
+}
+
+absl::StatusOr<MatMulShapes> CheckFusedMatMulInputs(const Tensor& a, const Tensor& b, MatMulTransposes transposes) {
+  if (a.dtype() != b.dtype()) return absl::InvalidArgumentError("FusedMatMul: dtypes differ");
+  if (a.rank() < 2 || b.rank() < 2) return absl::InvalidArgumentError("FusedMatMul: inputs must have rank >= 2");
+  const Shape& a_shape = a.shape();
+  const Shape& b_shape = b.shape();
+  const size_t a_rank = a_shape.size(), b_rank = b_shape.size();
+  MatMulShapes shapes;
+  shapes.m = transposes.a ? a_shape[a_rank - 1] : a_shape[a_rank - 2];
+  shapes.k = transposes.a ? a_shape[a_rank - 2] : a_shape[a_rank - 1];
+  shapes.n = transposes.b ? b_shape[b_rank - 2] : b_shape[b_rank - 1];
+  if ((transposes.b ? b_shape[b_rank - 1] : b_shape[b_rank - 2]) != shapes.k) {
+    return absl::InvalidArgumentError(absl::StrCat("FusedMatMul: ", a.DebugString(), (transposes.a ? "^T" : ""),
+                                                   " x ", b.DebugString(), (transposes.b ? "^T" : ""),
+                                                   " inner dims differ"));
+  }
+  shapes.a_batch.assign(a_shape.begin(), a_shape.end() - 2);
+  shapes.b_batch.assign(b_shape.begin(), b_shape.end() - 2);
+  const Shape* batch_shapes[] = {&shapes.a_batch, &shapes.b_batch};
+  TRAIND_ASSIGN_OR_RETURN(shapes.batch, BroadcastShapes(batch_shapes));
+  shapes.output = shapes.batch;
+  shapes.output.push_back(shapes.m);
+  shapes.output.push_back(shapes.n);
   return shapes;
 }
 
@@ -133,13 +171,20 @@ absl::Status CheckBlasDims(int64_t m, int64_t n, int64_t k) {
   return absl::OkStatus();
 }
 
+// MatMul, and FusedMatMul when `fused` (operands read transposed in place: lda / ldb are the stored row lengths).
 class MatMulKernel final : public Kernel {
  public:
+  MatMulKernel() = default;
+  explicit MatMulKernel(MatMulTransposes transposes) : fused_(true), transposes_(transposes) {}
+
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* a, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* b, context.RequiredInput(1));
-    TRAIND_ASSIGN_OR_RETURN(const MatMulShapes shapes, CheckMatMulInputs(*a, *b));
+    TRAIND_ASSIGN_OR_RETURN(const MatMulShapes shapes,
+                            fused_ ? CheckFusedMatMulInputs(*a, *b, transposes_) : CheckMatMulInputs(*a, *b));
     const int64_t m = shapes.m, n = shapes.n, k = shapes.k;
+    const bool ta = transposes_.a, tb = transposes_.b;
+    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
     const Shape& a_batch = shapes.a_batch;
     const Shape& b_batch = shapes.b_batch;
     const Shape& out_shape = shapes.output;
@@ -152,7 +197,7 @@ class MatMulKernel final : public Kernel {
     const int64_t a_batches = ElementCountOrZero(a_batch);
     // B without batch dims: A's batches and rows are one tall matrix, so one large GEMM replaces many
     // small ones (the common [batch, seq, d] x [d, e] of transformers).
-    const bool fold_batches_into_rows = b_batch.empty();
+    const bool fold_batches_into_rows = b_batch.empty() && !ta;
     std::vector<BatchPair> pairs;
     if (!fold_batches_into_rows) {
       ThreadPool serial(1);
@@ -170,11 +215,11 @@ class MatMulKernel final : public Kernel {
       const T* b_data = b->data<T>();
       T* y_data = y->mutable_data<T>();
       if (fold_batches_into_rows) {
-        return Gemm<T>(false, false, a_batches * m, n, k, 1.0f, a_data, k, b_data, n, 0.0f, y_data, n);
+        return Gemm<T>(false, tb, a_batches * m, n, k, 1.0f, a_data, lda, b_data, ldb, 0.0f, y_data, n);
       }
       if (pairs.size() == 1) {
         const BatchPair& pair = pairs.front();
-        return Gemm<T>(false, false, m, n, k, 1.0f, a_data + pair.a * m * k, k, b_data + pair.b * k * n, n,
+        return Gemm<T>(ta, tb, m, n, k, 1.0f, a_data + pair.a * m * k, lda, b_data + pair.b * k * n, ldb,
                        0.0f, y_data + pair.out * m * n, n);
       }
       // Many small GEMMs (attention heads): one thread per group of batches, each GEMM single-threaded
@@ -183,8 +228,8 @@ class MatMulKernel final : public Kernel {
       context.threads().ParallelFor(static_cast<int64_t>(pairs.size()), 1, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
           const BatchPair& pair = pairs[i];
-          statuses[i] = Gemm<T>(false, false, m, n, k, 1.0f, a_data + pair.a * m * k, k, b_data + pair.b * k * n,
-                                n, 0.0f, y_data + pair.out * m * n, n);
+          statuses[i] = Gemm<T>(ta, tb, m, n, k, 1.0f, a_data + pair.a * m * k, lda, b_data + pair.b * k * n,
+                                ldb, 0.0f, y_data + pair.out * m * n, n);
         }
       });
       for (const absl::Status& status : statuses) TRAIND_RETURN_IF_ERROR(status);
@@ -199,6 +244,9 @@ class MatMulKernel final : public Kernel {
     int64_t a;
     int64_t b;
   };
+
+  bool fused_ = false;
+  MatMulTransposes transposes_;
 
   static int64_t ElementCountOrZero(const Shape& shape) {
     int64_t count = 1;
@@ -376,6 +424,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateMatMulKernel(const KernelInit&) {
   return std::unique_ptr<Kernel>(new MatMulKernel());
 }
 
+absl::StatusOr<std::unique_ptr<Kernel>> CreateFusedMatMulKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(const MatMulTransposes transposes, ParseFusedMatMulAttributes(init));
+  return std::unique_ptr<Kernel>(new MatMulKernel(transposes));
+}
+
 absl::StatusOr<std::unique_ptr<Kernel>> CreateGemmKernel(const KernelInit& init) {
   TRAIND_ASSIGN_OR_RETURN(GemmAttributes attributes, ParseGemmAttributes(init));
   return std::unique_ptr<Kernel>(new GemmKernel(attributes, init.has_input(2)));
@@ -439,8 +492,62 @@ absl::Status GemmGradient(GradientRuleContext& g) {
   return absl::OkStatus();
 }
 
+namespace {
+
+onnx::NodeProto* EmitFusedMatMul(GradientRuleContext& g, const std::string& a, const std::string& b, bool trans_a,
+                                 bool trans_b, const std::string& out) {
+  onnx::NodeProto* node = g.Emit("FusedMatMul", {a, b}, {out});
+  node->set_domain(kTraindTrainingDomain);
+  GradientRuleContext::SetIntAttr(node, "transA", trans_a ? 1 : 0);
+  GradientRuleContext::SetIntAttr(node, "transB", trans_b ? 1 : 0);
+  return node;
+}
+
+// Y = op_a(A) op_b(B), batched (op swaps the last two axes where transposed). Each product is one FusedMatMul
+// reading its operands in place, none a materialised Transpose:
+//   dA = dY op_b(B)^T  = FusedMatMul(dY, B, transB = !trans_b)             when A is not transposed,
+//   dA = op_b(B) dY^T  = FusedMatMul(B, dY, transA = trans_b, transB = 1)  when it is;
+//   dB = op_a(A)^T dY  = FusedMatMul(A, dY, transA = !trans_a)             when B is not transposed,
+//   dB = dY^T op_a(A)  = FusedMatMul(dY, A, transA = 1, transB = trans_a)  when it is;
+// each then summed over the batch dims its operand was broadcast along.
+absl::Status BatchedMatMulGradient(GradientRuleContext& g, MatMulTransposes transposes) {
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> a_shape, g.StaticShape(g.I(0)));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> b_shape, g.StaticShape(g.I(1)));
+  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> y_shape, g.StaticShape(g.O(0)));
+  if (a_shape.size() < 2 || b_shape.size() < 2) {
+    return absl::UnimplementedError("MatMul gradients with a 1-D operand are not supported yet");
+  }
+  const std::vector<int64_t> batch(y_shape.begin(), y_shape.end() - 2);
+  if (g.NeedsGI(0)) {
+    const std::string full = g.Temp("dA_full");
+    if (!transposes.a) {
+      EmitFusedMatMul(g, g.GO(0), g.I(1), false, !transposes.b, full);
+    } else {
+      EmitFusedMatMul(g, g.I(1), g.GO(0), transposes.b, true, full);
+    }
+    std::vector<int64_t> full_shape = batch;
+    full_shape.insert(full_shape.end(), a_shape.end() - 2, a_shape.end());
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShape(full, full_shape, g.I(0), g.GI(0)));
+  }
+  if (g.NeedsGI(1)) {
+    const std::string full = g.Temp("dB_full");
+    if (!transposes.b) {
+      EmitFusedMatMul(g, g.I(0), g.GO(0), !transposes.a, false, full);
+    } else {
+      EmitFusedMatMul(g, g.GO(0), g.I(0), true, transposes.a, full);
+    }
+    std::vector<int64_t> full_shape = batch;
+    full_shape.insert(full_shape.end(), b_shape.end() - 2, b_shape.end());
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShape(full, full_shape, g.I(1), g.GI(1)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 // Y = A B, batched with numpy broadcasting of the leading dims: dA = dY B^T and dB = A^T dY (transposing
-// the last two dims), each summed over the batch dims its input was broadcast along. 1-D operands: not yet.
+// the last two dims, read in place by FusedMatMul), each summed over the batch dims its input was broadcast along.
+// 1-D operands: not yet.
 absl::Status MatMulGradient(GradientRuleContext& g) {
   // Ranks first: the 2-D cases need no static shape (a symbolic batch dimension is fine).
   TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> a_partial, g.PartialShape(g.I(0)));
@@ -473,33 +580,11 @@ absl::Status MatMulGradient(GradientRuleContext& g) {
     }
     return absl::OkStatus();
   }
-  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> a_shape, g.StaticShape(g.I(0)));
-  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> b_shape, g.StaticShape(g.I(1)));
-  TRAIND_ASSIGN_OR_RETURN(std::vector<int64_t> y_shape, g.StaticShape(g.O(0)));
-  auto transposed = [&g](const std::string& value, size_t rank) {
-    std::vector<int64_t> perm(rank);
-    for (size_t d = 0; d < rank; ++d) perm[d] = static_cast<int64_t>(d);
-    std::swap(perm[rank - 1], perm[rank - 2]);
-    const std::string out = g.Temp("transposed");
-    GradientRuleContext::SetIntsAttr(g.Emit("Transpose", {value}, {out}), "perm", perm);
-    return out;
-  };
-  const std::vector<int64_t> batch(y_shape.begin(), y_shape.end() - 2);
-  if (g.NeedsGI(0)) {
-    const std::string full = g.Temp("dA_full");
-    g.Emit("MatMul", {g.GO(0), transposed(g.I(1), b_shape.size())}, {full});
-    std::vector<int64_t> full_shape = batch;
-    full_shape.insert(full_shape.end(), a_shape.end() - 2, a_shape.end());
-    TRAIND_RETURN_IF_ERROR(g.ReduceToShape(full, full_shape, g.I(0), g.GI(0)));
-  }
-  if (g.NeedsGI(1)) {
-    const std::string full = g.Temp("dB_full");
-    g.Emit("MatMul", {transposed(g.I(0), a_shape.size()), g.GO(0)}, {full});
-    std::vector<int64_t> full_shape = batch;
-    full_shape.insert(full_shape.end(), b_shape.end() - 2, b_shape.end());
-    TRAIND_RETURN_IF_ERROR(g.ReduceToShape(full, full_shape, g.I(1), g.GI(1)));
-  }
-  return absl::OkStatus();
+  return BatchedMatMulGradient(g, MatMulTransposes{});
+}
+
+absl::Status FusedMatMulGradient(GradientRuleContext& g) {
+  return BatchedMatMulGradient(g, MatMulTransposes{g.IntAttr("transA", 0) != 0, g.IntAttr("transB", 0) != 0});
 }
 
 }  // namespace traind::engine

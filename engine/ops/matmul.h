@@ -22,6 +22,15 @@ struct MatMulShapes {
 };
 absl::StatusOr<MatMulShapes> CheckMatMulInputs(const Tensor& a, const Tensor& b);
 
+// FusedMatMul(A, B) (domain ai.traind.training): MatMul of op_a(A) and op_b(B), op swapping the last two axes where
+// attribute transA / transB is 1; both ranks >= 2, batch dims broadcast as MatMul's. The batched MatMul gradient
+// multiplies by transposed operands: read in place, they need no Transpose node and no transposed copy.
+struct MatMulTransposes {
+  bool a = false, b = false;
+};
+absl::StatusOr<MatMulTransposes> ParseFusedMatMulAttributes(const KernelInit& init);
+absl::StatusOr<MatMulShapes> CheckFusedMatMulInputs(const Tensor& a, const Tensor& b, MatMulTransposes transposes);
+
 // Gemm's attributes; opset 6's `broadcast` (0: C must be exactly [M, N]) and, before opset 11, a required C.
 struct GemmAttributes {
   bool trans_a = false, trans_b = false;

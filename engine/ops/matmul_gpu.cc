@@ -14,12 +14,17 @@ int64_t Product(const Shape& shape) {
   return count;
 }
 
+// MatMul, and FusedMatMul when `fused` (operands read transposed in place).
 class MatMulGpuKernel final : public GpuKernel {
  public:
+  MatMulGpuKernel() = default;
+  explicit MatMulGpuKernel(MatMulTransposes transposes) : fused_(true), transposes_(transposes) {}
+
   absl::Status Compute(GpuKernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* a, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* b, context.RequiredInput(1));
-    TRAIND_ASSIGN_OR_RETURN(const MatMulShapes shapes, CheckMatMulInputs(*a, *b));
+    TRAIND_ASSIGN_OR_RETURN(const MatMulShapes shapes,
+                            fused_ ? CheckFusedMatMulInputs(*a, *b, transposes_) : CheckMatMulInputs(*a, *b));
     const int64_t m = shapes.m, n = shapes.n, k = shapes.k;
     const Shape& a_batch = shapes.a_batch;
     const Shape& b_batch = shapes.b_batch;
@@ -29,11 +34,12 @@ class MatMulGpuKernel final : public GpuKernel {
     if (k == 0) return context.stream().Fill(context.mem(*y), 0.0f, y->num_elements());
 
     Stream& stream = context.stream();
-    const Matrix a_matrix{context.mem(*a), 0, k, false, m * k};
-    const Matrix b_matrix{context.mem(*b), 0, n, false, k * n};
+    const bool ta = transposes_.a, tb = transposes_.b;
+    const Matrix a_matrix{context.mem(*a), 0, ta ? m : k, ta, m * k};
+    const Matrix b_matrix{context.mem(*b), 0, tb ? k : n, tb, k * n};
     const Matrix y_matrix{context.mem(*y), 0, n, false, m * n};
     const int64_t a_count = Product(a_batch), b_count = Product(b_batch), batches = Product(out_batch);
-    if (b_count == 1 && a_count == batches) {
+    if (b_count == 1 && a_count == batches && !ta) {
       // B without (or with one) batch: A's batches and rows are one tall matrix.
       return Gemm(stream, a_count * m, n, k, 1.0f, a_matrix, b_matrix, 0.0f, y_matrix);
     }
@@ -61,6 +67,10 @@ class MatMulGpuKernel final : public GpuKernel {
     }
     return absl::OkStatus();
   }
+
+ private:
+  bool fused_ = false;
+  MatMulTransposes transposes_;
 };
 
 class GemmGpuKernel final : public GpuKernel {
@@ -100,6 +110,12 @@ class GemmGpuKernel final : public GpuKernel {
 absl::StatusOr<std::unique_ptr<GpuKernel>> CreateMatMulGpuKernel(const GpuKernelInit& init) {
   TRAIND_RETURN_IF_ERROR(RequireFloat32(init, {0, 1}));
   return MakeGpuKernel<MatMulGpuKernel>();
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> CreateFusedMatMulGpuKernel(const GpuKernelInit& init) {
+  TRAIND_RETURN_IF_ERROR(RequireFloat32(init, {0, 1}));
+  TRAIND_ASSIGN_OR_RETURN(const MatMulTransposes transposes, ParseFusedMatMulAttributes(init));
+  return MakeGpuKernel<MatMulGpuKernel>(transposes);
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> CreateGemmGpuKernel(const GpuKernelInit& init) {

@@ -1,5 +1,6 @@
 // The GPU kernels of MatMul and Gemm (CLBlast) against the CPU kernels (oneDNN).
 #include "engine/gpu/gpu_testing.h"
+#include "engine/model/traind_schemas.h"
 #include "engine/testing/op_tester.h"
 #include "gtest/gtest.h"
 
@@ -25,6 +26,35 @@ TEST(MatMulGpuTest, BatchesBroadcastsAndVectorsMatchTheCpu) {
     test.AddInputTensor("a", RandomTensor(c.a, -1, 1, 1)).AddInputTensor("b", RandomTensor(c.b, -1, 1, 2));
     test.AddOutputShape("y", DataType::kFloat32, c.out);
     test.CompareDevices(1e-5, 1e-6);
+  }
+}
+
+TEST(FusedMatMulGpuTest, TransposedOperandsMatchTheCpu) {
+  TRAIND_REQUIRE_GPU();
+  for (int64_t trans_a : {0, 1}) {
+    for (int64_t trans_b : {0, 1}) {
+      struct Case {
+        Shape a, b, out;  // a and b as stored (transposed where the attribute says)
+      };
+      const int64_t m = 5, k = 7, n = 3;
+      const Shape a2 = trans_a ? Shape{k, m} : Shape{m, k}, b2 = trans_b ? Shape{n, k} : Shape{k, n};
+      auto batched = [](Shape batch, const Shape& matrix) {
+        batch.insert(batch.end(), matrix.begin(), matrix.end());
+        return batch;
+      };
+      for (const Case& c : {Case{a2, b2, {m, n}}, Case{batched({2}, a2), b2, {2, m, n}},
+                            Case{batched({4}, a2), batched({4}, b2), {4, m, n}},
+                            Case{a2, batched({4}, b2), {4, m, n}},
+                            Case{batched({2, 1}, a2), batched({1, 3}, b2), {2, 3, m, n}}}) {
+        SCOPED_TRACE(ShapeToString(c.a) + " x " + ShapeToString(c.b) + " transA " + std::to_string(trans_a) +
+                     " transB " + std::to_string(trans_b));
+        OpTester test("FusedMatMul", kTraindTrainingVersion, kTraindTrainingDomain);
+        test.AddInputTensor("a", RandomTensor(c.a, -1, 1, 1)).AddInputTensor("b", RandomTensor(c.b, -1, 1, 2));
+        test.AddAttribute("transA", trans_a).AddAttribute("transB", trans_b);
+        test.AddOutputShape("y", DataType::kFloat32, c.out);
+        test.CompareDevices(1e-5, 1e-6);
+      }
+    }
   }
 }
 

@@ -1,3 +1,4 @@
+#include "engine/model/traind_schemas.h"
 #include "engine/runtime/plan.h"
 #include "engine/testing/op_tester.h"
 #include "gtest/gtest.h"
@@ -62,6 +63,67 @@ TEST(MatMulTest, ManySmallBatchesRunInParallel) {
   }
   OpTester("MatMul", 13).AddInput<float>("a", {2, 8, 3, 4}, a).AddInput<float>("b", {2, 8, 4, 2}, b)
       .AddOutput<float>("y", {2, 8, 3, 2}, expected).Run();
+}
+
+// `tensor` with its last two axes swapped (a float tensor of rank >= 2), by definition.
+Tensor SwapLastTwo(const Tensor& tensor) {
+  Shape shape = tensor.shape();
+  const size_t rank = shape.size();
+  const int64_t rows = shape[rank - 2], cols = shape[rank - 1], planes = tensor.num_elements() / (rows * cols);
+  std::swap(shape[rank - 2], shape[rank - 1]);
+  std::vector<float> values(tensor.num_elements());
+  const float* in = tensor.data<float>();
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) values[(p * cols + j) * rows + i] = in[(p * rows + i) * cols + j];
+  return *Tensor::FromVector<float>(shape, values);
+}
+
+TEST(FusedMatMulTest, TransposedOperandsEqualMatMulOfTransposedCopies) {
+  struct Case {
+    Shape a, b, y;  // a and b as MatMul sees them (before any transpose)
+  };
+  for (const Case& c : {Case{{5, 7}, {7, 3}, {5, 3}},                        // one GEMM
+                        Case{{2, 5, 7}, {7, 3}, {2, 5, 3}},                  // B without batches
+                        Case{{4, 5, 7}, {4, 7, 3}, {4, 5, 3}},               // equal batches
+                        Case{{5, 7}, {4, 7, 3}, {4, 5, 3}},                  // A shared by the batch
+                        Case{{2, 1, 5, 7}, {1, 3, 7, 3}, {2, 3, 5, 3}}}) {  // both broadcast
+    for (int64_t trans_a : {0, 1}) {
+      for (int64_t trans_b : {0, 1}) {
+        SCOPED_TRACE(ShapeToString(c.a) + " x " + ShapeToString(c.b) + " transA " + std::to_string(trans_a) +
+                     " transB " + std::to_string(trans_b));
+        const Tensor a = testing::RandomTensor(c.a, -1, 1, 1), b = testing::RandomTensor(c.b, -1, 1, 2);
+        OpTester plain("MatMul", 13);
+        plain.AddInputTensor("a", a).AddInputTensor("b", b).AddOutputShape("y", DataType::kFloat32, c.y);
+        absl::StatusOr<std::vector<Tensor>> expected = plain.RunRaw();
+        ASSERT_TRUE(expected.ok()) << expected.status();
+        OpTester fused("FusedMatMul", kTraindTrainingVersion, kTraindTrainingDomain);
+        fused.AddInputTensor("a", trans_a ? SwapLastTwo(a) : a).AddInputTensor("b", trans_b ? SwapLastTwo(b) : b);
+        fused.AddAttribute("transA", trans_a).AddAttribute("transB", trans_b);
+        fused.AddOutputShape("y", DataType::kFloat32, c.y);
+        absl::StatusOr<std::vector<Tensor>> got = fused.RunRaw();
+        ASSERT_TRUE(got.ok()) << got.status();
+        ASSERT_EQ((*got)[0].shape(), (*expected)[0].shape());
+        for (int64_t i = 0; i < (*got)[0].num_elements(); ++i) {
+          EXPECT_NEAR((*got)[0].data<float>()[i], (*expected)[0].data<float>()[i], 1e-5) << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(FusedMatMulTest, RefusesVectorsMismatchedInnerDimsAndOtherAttributeValues) {
+  auto run = [](Shape a, Shape b, int64_t trans_a) {
+    OpTester test("FusedMatMul", kTraindTrainingVersion, kTraindTrainingDomain);
+    test.AddInputTensor("a", testing::RandomTensor(a, -1, 1, 1)).AddInputTensor("b", testing::RandomTensor(b, -1, 1, 2));
+    test.AddAttribute("transA", trans_a);
+    test.AddOutputShape("y", DataType::kFloat32, {5, 3});
+    return test.RunRaw().status();
+  };
+  EXPECT_FALSE(run({7}, {7, 3}, 0).ok());
+  EXPECT_FALSE(run({5, 7}, {7, 3}, 1).ok());  // A^T is [7, 5]
+  EXPECT_TRUE(run({7, 5}, {7, 3}, 1).ok());
+  EXPECT_FALSE(run({7, 5}, {7, 3}, 2).ok());
 }
 
 TEST(GemmTest, TransposesAlphaBetaAndBroadcastC) {

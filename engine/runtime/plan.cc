@@ -16,7 +16,9 @@
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/tensor_proto.h"
+#include "engine/model/traind_schemas.h"
 #include "engine/runtime/fused_elementwise.h"
+#include "engine/runtime/transpose_folding.h"
 
 namespace traind::engine {
 namespace {
@@ -50,7 +52,10 @@ absl::StatusOr<GraphValue> DescribeValue(const onnx::ValueInfoProto& info, int s
 class Compiler {
  public:
   Compiler(const onnx::ModelProto& model, const OpRegistry& registry, const CompileOptions& options)
-      : graph_(model.graph()), registry_(registry), options_(options) {
+      : graph_(model.graph()),
+        nodes_(model.graph().node().begin(), model.graph().node().end()),
+        registry_(registry),
+        options_(options) {
     for (const auto& opset : model.opset_import()) {
       const std::string domain = opset.domain() == "ai.onnx" ? "" : opset.domain();
       opsets_[domain] = static_cast<int>(opset.version());
@@ -61,8 +66,9 @@ class Compiler {
     auto plan = std::make_shared<Plan>();
     plan_ = plan.get();
     TRAIND_RETURN_IF_ERROR(AddInitializersAndInputs());
+    if (options_.fold_transposes) FoldTransposes();
     TRAIND_ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder());
-    for (int index : order) TRAIND_RETURN_IF_ERROR(AddNode(graph_.node(index)));
+    for (int index : order) TRAIND_RETURN_IF_ERROR(AddNode(nodes_[index]));
     TRAIND_RETURN_IF_ERROR(AddOutputs());
     FoldConstants();
     if (options_.prepare_constants) PrepareConstants();
@@ -104,24 +110,44 @@ class Compiler {
     return absl::OkStatus();
   }
 
+  // engine/runtime/transpose_folding.h: matrix Transposes read in place by the products around them.
+  void FoldTransposes() {
+    TransposeFoldingGraph graph;
+    for (const auto* infos : {&graph_.input(), &graph_.output(), &graph_.value_info()}) {
+      for (const auto& info : *infos) {
+        if (info.type().has_tensor_type() && info.type().tensor_type().has_shape()) {
+          graph.ranks.emplace(info.name(), info.type().tensor_type().shape().dim_size());
+        }
+      }
+    }
+    for (const auto& initializer : graph_.initializer()) {
+      graph.ranks.emplace(initializer.name(), initializer.dims_size());
+      graph.constants.insert(initializer.name());
+    }
+    for (const auto& output : graph_.output()) graph.outputs.insert(output.name());
+    if (FoldTransposesIntoProducts(nodes_, graph) > 0 && !opsets_.contains(kTraindTrainingDomain)) {
+      opsets_[kTraindTrainingDomain] = kTraindTrainingVersion;
+    }
+  }
+
   // Kahn's algorithm over node indices; refuses cycles and values with two producers.
   absl::StatusOr<std::vector<int>> TopologicalOrder() {
-    const int num_nodes = graph_.node_size();
+    const int num_nodes = static_cast<int>(nodes_.size());
     absl::flat_hash_map<std::string, int> producer;
     for (int i = 0; i < num_nodes; ++i) {
-      for (const auto& output : graph_.node(i).output()) {
+      for (const auto& output : nodes_[i].output()) {
         if (output.empty()) continue;
         if (slot_by_name_.contains(output) || !producer.emplace(output, i).second) {
           return absl::InvalidArgumentError(absl::StrCat(
               "value '", output, "' is produced twice (second time by ",
-              NodeLabel(graph_.node(i), OpsetOf(graph_.node(i))), ")"));
+              NodeLabel(nodes_[i], OpsetOf(nodes_[i])), ")"));
         }
       }
     }
     std::vector<int> pending_inputs(num_nodes, 0);
     std::vector<std::vector<int>> consumers(num_nodes);
     for (int i = 0; i < num_nodes; ++i) {
-      for (const auto& input : graph_.node(i).input()) {
+      for (const auto& input : nodes_[i].input()) {
         auto it = producer.find(input);
         if (input.empty() || it == producer.end()) continue;
         ++pending_inputs[i];
@@ -136,7 +162,7 @@ class Compiler {
     // they can. Their outputs are a few integers, but a gradient rule's Shape of an activation (to reshape or
     // reduce a gradient back to it) would otherwise keep the whole activation alive until the backward pass.
     auto is_shape_query = [&](int i) {
-      const onnx::NodeProto& node = graph_.node(i);
+      const onnx::NodeProto& node = nodes_[i];
       return (node.domain().empty() || node.domain() == "ai.onnx") &&
              (node.op_type() == "Shape" || node.op_type() == "Size");
     };
@@ -160,7 +186,7 @@ class Compiler {
       for (int i = 0; i < num_nodes; ++i) {
         if (pending_inputs[i] > 0) {
           return absl::InvalidArgumentError(absl::StrCat(
-              "graph has a cycle through ", NodeLabel(graph_.node(i), OpsetOf(graph_.node(i)))));
+              "graph has a cycle through ", NodeLabel(nodes_[i], OpsetOf(nodes_[i]))));
         }
       }
     }
@@ -537,6 +563,8 @@ class Compiler {
   }
 
   const onnx::GraphProto& graph_;
+  // The graph's nodes as planned: its own, after FoldTransposes.
+  std::vector<onnx::NodeProto> nodes_;
   const OpRegistry& registry_;
   const CompileOptions options_;
   absl::flat_hash_map<std::string, int> opsets_;

@@ -79,6 +79,8 @@ struct CompileOptions {
   // Groups of float32 elementwise nodes run as one node, chunk by chunk (engine/runtime/fused_elementwise.h). Only
   // for plans the CPU executor runs: the GPU executor places nodes by op type.
   bool fuse_elementwise = true;
+  // Matrix Transposes read in place by the products next to them (engine/runtime/transpose_folding.h).
+  bool fold_transposes = true;
 };
 
 // Builds a Plan from a model that LoadModel* accepted. Errors: kUnimplemented for ops (or opsets)
