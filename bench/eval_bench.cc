@@ -75,6 +75,7 @@ int Main() {
   compile_options.prepare_constants = absl::GetFlag(FLAGS_prepare_constants);
   // The GPU executor places nodes by their op type; --nofuse_elementwise measures what fusion brings.
   compile_options.fuse_elementwise = absl::GetFlag(FLAGS_fuse_elementwise) && absl::GetFlag(FLAGS_device) == "cpu";
+  compile_options.fold_transposes = absl::GetFlag(FLAGS_device) == "cpu";
   absl::StatusOr<std::shared_ptr<const Plan>> plan = Compile(*model, compile_options);
   if (!plan.ok()) return Fail(std::string(plan.status().message()));
   std::unique_ptr<Executor> executor;

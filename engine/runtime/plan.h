@@ -79,7 +79,9 @@ struct CompileOptions {
   // Groups of float32 elementwise nodes run as one node, chunk by chunk (engine/runtime/fused_elementwise.h). Only
   // for plans the CPU executor runs: the GPU executor places nodes by op type.
   bool fuse_elementwise = true;
-  // Matrix Transposes read in place by the products next to them (engine/runtime/transpose_folding.h).
+  // Matrix Transposes read in place by the products next to them (engine/runtime/transpose_folding.h). Like
+  // elementwise fusion, only for plans the CPU executor runs: the GPU executor finds each planned node's NodeProto
+  // in the model by its outputs, so its plans must keep the model's nodes.
   bool fold_transposes = true;
 };
 

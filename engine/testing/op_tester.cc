@@ -170,7 +170,9 @@ void OpTester::BuildModel() {
 absl::StatusOr<std::vector<Tensor>> OpTester::RunRaw() {
   BuildModel();
   CompileOptions compile_options;
-  compile_options.fuse_elementwise = device_ == TestDevice::kCpu;  // the GPU executor places nodes by op type
+  // The GPU executor finds each node in the model by its outputs: its plans keep the model's nodes as they are.
+  compile_options.fuse_elementwise = device_ == TestDevice::kCpu;
+  compile_options.fold_transposes = device_ == TestDevice::kCpu;
   auto plan = Compile(model_, compile_options);
   if (!plan.ok()) return plan.status();
   std::vector<Tensor> feeds;
