@@ -123,6 +123,22 @@ def gelu_qkv():
                  [tensor("w", w), tensor("shape", np.array([2, 3, 4], np.int64))])
 
 
+def linear_transposed(weight_is_input):
+    """PyTorch's Linear, MatMul(x, Transpose(W)), then a FusedMatMul (traind's domain) reading its right operand
+    transposed: what transpose folding rewrites (W not a constant: a graph input here, a trainable parameter once
+    GenerateArtifacts has made the training graph) and the op the batched MatMul gradient emits. Its own generator."""
+    gen = np.random.default_rng(7)
+    w = (gen.standard_normal((5, 4)) * 0.3).astype(np.float32)
+    w2 = (gen.standard_normal((6, 5)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wt"], ["h"]),
+             helper.make_node("FusedMatMul", ["h", "w2"], ["y"], domain="ai.traind.training", transB=1)]
+    inputs = [f32("x", [2, 3, 4])] + ([f32("w", [5, 4])] if weight_is_input else [])
+    initializers = [tensor("w2", w2)] + ([] if weight_is_input else [tensor("w", w)])
+    return model(nodes, inputs, [f32("y", [2, 3, 6])], initializers,
+                 extra_opsets=[helper.make_opsetid("ai.traind.training", 1)])
+
+
 def shapes():
     # Shape arithmetic the runtime does from data: the resource-bomb ops at harmless sizes.
     return model([helper.make_node("Shape", ["x"], ["s"]),
@@ -315,10 +331,11 @@ def main():
             if name.startswith("seed-"):
                 os.remove(os.path.join(CORPUS, target, name))
     models = {"mlp": mlp(), "cnn": cnn(), "attention": attention(), "shapes": shapes(), "indexing": indexing(),
-              "pooling": pooling(), "legacy_opset6": legacy_opset(), "losses": losses(), "gelu_qkv": gelu_qkv()}
+              "pooling": pooling(), "legacy_opset6": legacy_opset(), "losses": losses(), "gelu_qkv": gelu_qkv(),
+              "linear_transposed": linear_transposed(True), "linear_transposed_trainable": linear_transposed(False)}
     for name, data in models.items():
         write("model_fuzzer", f"seed-{name}.onnx", data)
-    for name in ("mlp", "cnn", "attention", "pooling", "losses", "gelu_qkv"):
+    for name in ("mlp", "cnn", "attention", "pooling", "losses", "gelu_qkv", "linear_transposed_trainable"):
         write("train_fuzzer", f"seed-{name}.onnx", models[name])
     for name, data in {"mse": loss_graph_mse(), "l1_weighted": loss_graph_l1_weighted(),
                        "softmax_opset13": loss_graph_softmax()}.items():
