@@ -1,24 +1,23 @@
 #include "engine/runtime/transpose_folding.h"
 
 #include <algorithm>
+#include <optional>
+#include <vector>
 
 #include "engine/model/traind_schemas.h"
+#include "engine/runtime/kernel.h"
 
 namespace traind::engine {
 namespace {
 
 bool IsOnnx(const onnx::NodeProto& node) { return node.domain().empty() || node.domain() == "ai.onnx"; }
 
-const onnx::AttributeProto* FindAttribute(const onnx::NodeProto& node, const std::string& name) {
-  for (const auto& attribute : node.attribute()) {
-    if (attribute.name() == name) return &attribute;
-  }
-  return nullptr;
-}
-
-int64_t IntAttribute(const onnx::NodeProto& node, const std::string& name, int64_t fallback) {
-  const onnx::AttributeProto* attribute = FindAttribute(node, name);
-  return attribute == nullptr ? fallback : attribute->i();
+// transA / transB as the kernels read them (typed), when 0 or 1; nullopt otherwise (mistyped or another value: the
+// node is left as it is, for its kernel to judge).
+std::optional<int64_t> TransposeFlag(const onnx::NodeProto& node, const char* name) {
+  absl::StatusOr<int64_t> value = KernelInit(node, /*opset=*/-1).GetInt(name, 0);
+  if (!value.ok() || (*value != 0 && *value != 1)) return std::nullopt;
+  return *value;
 }
 
 void SetIntAttribute(onnx::NodeProto& node, const std::string& name, int64_t value) {
@@ -42,8 +41,8 @@ bool IsMatrixTranspose(const onnx::NodeProto& node, const TransposeFoldingGraph&
   }
   auto rank = graph.ranks.find(node.input(0));
   if (!of_gemm && (rank == graph.ranks.end() || rank->second != 2)) return false;
-  const onnx::AttributeProto* perm = FindAttribute(node, "perm");
-  return perm == nullptr || (perm->ints_size() == 2 && perm->ints(0) == 1 && perm->ints(1) == 0);
+  absl::StatusOr<std::vector<int64_t>> perm = KernelInit(node, /*opset=*/-1).GetInts("perm");
+  return perm.ok() && (perm->empty() || *perm == std::vector<int64_t>{1, 0});
 }
 
 int RankOf(const TransposeFoldingGraph& graph, const std::string& name) {
@@ -57,11 +56,12 @@ bool CanReadTransposed(const onnx::NodeProto& reader, const std::string& value, 
   if (uses != 1) return false;
   const int position = reader.input(0) == value ? 0 : reader.input_size() > 1 && reader.input(1) == value ? 1 : -1;
   if (position < 0) return false;
-  if (IsOnnx(reader) && reader.op_type() == "Gemm") return true;
   if (IsOnnx(reader) && reader.op_type() == "MatMul") {
     return reader.input_size() == 2 && RankOf(graph, reader.input(1 - position)) >= 2;
   }
-  return reader.domain() == kTraindTrainingDomain && reader.op_type() == "FusedMatMul";
+  const bool flagged_product = (IsOnnx(reader) && reader.op_type() == "Gemm") ||
+                               (reader.domain() == kTraindTrainingDomain && reader.op_type() == "FusedMatMul");
+  return flagged_product && TransposeFlag(reader, position == 0 ? "transA" : "transB").has_value();
 }
 
 void ReadTransposed(onnx::NodeProto& reader, const std::string& value, const std::string& source) {
@@ -75,7 +75,7 @@ void ReadTransposed(onnx::NodeProto& reader, const std::string& value, const std
     SetIntAttribute(reader, attribute, 1);
     return;
   }
-  SetIntAttribute(reader, attribute, IntAttribute(reader, attribute, 0) == 0 ? 1 : 0);
+  SetIntAttribute(reader, attribute, 1 - *TransposeFlag(reader, attribute));
 }
 
 }  // namespace
@@ -107,14 +107,14 @@ int FoldTransposesIntoProducts(std::vector<onnx::NodeProto>& nodes, const Transp
       onnx::NodeProto& gemm = nodes[made_by->second];
       const auto& source_readers = readers[source];
       const bool no_c = gemm.input_size() < 3 || gemm.input(2).empty();
-      if (no_c && gemm.input_size() >= 2 && source_readers.size() == 1) {
-        const int64_t trans_a = IntAttribute(gemm, "transA", 0), trans_b = IntAttribute(gemm, "transB", 0);
+      const std::optional<int64_t> trans_a = TransposeFlag(gemm, "transA"), trans_b = TransposeFlag(gemm, "transB");
+      if (no_c && gemm.input_size() >= 2 && source_readers.size() == 1 && trans_a && trans_b) {
         const std::string a = gemm.input(0), b = gemm.input(1);
         gemm.clear_input();
         gemm.add_input(b);
         gemm.add_input(a);
-        SetIntAttribute(gemm, "transA", trans_b == 0 ? 1 : 0);
-        SetIntAttribute(gemm, "transB", trans_a == 0 ? 1 : 0);
+        SetIntAttribute(gemm, "transA", 1 - *trans_b);
+        SetIntAttribute(gemm, "transB", 1 - *trans_a);
         gemm.set_output(0, result);
         removed[t] = true;
         ++folded;

@@ -154,6 +154,13 @@ TEST(TransposeFoldingTest, TransposesThatAreNotOnlyReadByProductsStay) {
   EXPECT_EQ(folds({Node("Gemm", {"x", "dy", "c"}, "G"), Node("Transpose", {"G"}, "Z"), Node("Relu", {"Z"}, "r")},
                   graph),
             0);
+  // A flag the Gemm kernel would not read as 0 / 1 (a string here): left for the kernel to refuse, not rewritten.
+  onnx::NodeProto mistyped = Node("Gemm", {"dy", "Wt"}, "z");
+  auto* flag = mistyped.add_attribute();
+  flag->set_name("transB");
+  flag->set_type(onnx::AttributeProto::STRING);
+  flag->set_s("yes");
+  EXPECT_EQ(folds({Node("Transpose", {"W"}, "Wt"), mistyped}, graph), 0);
   // A Gemm whose result is read elsewhere as well.
   EXPECT_EQ(folds({Node("Gemm", {"x", "dy"}, "G"), Node("Transpose", {"G"}, "Z"), Node("Relu", {"G"}, "r")},
                   graph),
