@@ -510,7 +510,8 @@ grpc::Status TrainingServiceImpl::CloseSession(Context* context, const v1::Close
 absl::Status TrainingServiceImpl::Step(const Call& call, const v1::TrainStepRequest& request,
                                        v1::TrainStepResponse* response) {
   TRAIND_ASSIGN_OR_RETURN(engine::NamedTensors inputs,
-                          NamedTensorsFromWire(request.inputs(), limits_.max_message_bytes, "inputs", "input"));
+                          NamedTensorsFromWire(request.inputs(), limits_.max_message_bytes, "inputs", "input",
+                                               batch_buffers_.get()));
   const std::vector<std::string> fetch(request.fetch_outputs().begin(), request.fetch_outputs().end());
   if (request.examples_per_step() < 0) return absl::InvalidArgumentError("examples_per_step must be >= 0");
   if (request.examples_per_step() > 0 && !fetch.empty()) {
@@ -594,7 +595,7 @@ grpc::Status TrainingServiceImpl::LazyResetGrad(Context* context, const v1::Lazy
 grpc::Status TrainingServiceImpl::Eval(Context* context, const v1::EvalRequest* request, v1::EvalResponse* response) {
   TRAIND_AUTHORIZE(call);
   absl::StatusOr<engine::NamedTensors> inputs =
-      NamedTensorsFromWire(request->inputs(), limits_.max_message_bytes, "inputs", "input");
+      NamedTensorsFromWire(request->inputs(), limits_.max_message_bytes, "inputs", "input", batch_buffers_.get());
   if (!inputs.ok()) return Fail(context, inputs.status());
   const std::vector<std::string> fetch(request->fetch_outputs().begin(), request->fetch_outputs().end());
   absl::StatusOr<EvalResult> result = sessions_->Eval(call.caller, request->session_id(), *inputs, fetch);
@@ -658,7 +659,7 @@ grpc::Status TrainingServiceImpl::Forward(Context* context, const v1::ForwardReq
                                           v1::ForwardResponse* response) {
   TRAIND_AUTHORIZE(call);
   absl::StatusOr<engine::NamedTensors> inputs =
-      NamedTensorsFromWire(request->inputs(), limits_.max_message_bytes, "inputs", "input");
+      NamedTensorsFromWire(request->inputs(), limits_.max_message_bytes, "inputs", "input", batch_buffers_.get());
   if (!inputs.ok()) return Fail(context, inputs.status());
   const std::vector<std::string> fetch(request->fetch_outputs().begin(), request->fetch_outputs().end());
   absl::StatusOr<ForwardResult> result =
@@ -677,7 +678,8 @@ grpc::Status TrainingServiceImpl::Backward(Context* context, const v1::BackwardR
   TRAIND_AUTHORIZE(call);
   if (request->handle().empty()) return Fail(context, absl::InvalidArgumentError("no forward handle given"));
   absl::StatusOr<engine::NamedTensors> gradients =
-      NamedTensorsFromWire(request->output_gradients(), limits_.max_message_bytes, "output_gradients", "gradient");
+      NamedTensorsFromWire(request->output_gradients(), limits_.max_message_bytes, "output_gradients", "gradient",
+                           batch_buffers_.get());
   if (!gradients.ok()) return Fail(context, gradients.status());
   const std::vector<std::string> inputs(request->input_gradients().begin(), request->input_gradients().end());
   absl::StatusOr<BackwardOutcome> outcome =

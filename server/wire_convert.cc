@@ -60,10 +60,11 @@ absl::StatusOr<v1::DataType> DataTypeToWire(DataType dtype) {
   }
 }
 
-absl::StatusOr<engine::Tensor> TensorFromWire(const v1::Tensor& tensor, int64_t max_bytes, const std::string& what) {
+absl::StatusOr<engine::Tensor> TensorFromWire(const v1::Tensor& tensor, int64_t max_bytes, const std::string& what,
+                                              engine::BufferPool* pool) {
   absl::StatusOr<DataType> dtype = DataTypeFromWire(tensor.dtype());
   if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", dtype.status().message()));
-  return engine::TensorFromBytes(*dtype, tensor.shape(), tensor.data(), max_bytes, what);
+  return engine::TensorFromBytes(*dtype, tensor.shape(), tensor.data(), max_bytes, what, pool);
 }
 
 absl::Status TensorToWire(const std::string& name, const engine::Tensor& tensor, v1::Tensor* wire) {
@@ -77,7 +78,7 @@ absl::Status TensorToWire(const std::string& name, const engine::Tensor& tensor,
 
 absl::StatusOr<engine::NamedTensors> NamedTensorsFromWire(const google::protobuf::RepeatedPtrField<v1::Tensor>& tensors,
                                                           int64_t max_bytes, const std::string& field,
-                                                          const std::string& item) {
+                                                          const std::string& item, engine::BufferPool* pool) {
   engine::NamedTensors named;
   named.reserve(tensors.size());
   for (int i = 0; i < tensors.size(); ++i) {
@@ -87,7 +88,7 @@ absl::StatusOr<engine::NamedTensors> NamedTensorsFromWire(const google::protobuf
     }
     TRAIND_ASSIGN_OR_RETURN(
         engine::Tensor decoded,
-        TensorFromWire(tensor, max_bytes, absl::StrCat(item, " '", absl::CHexEscape(tensor.name()), "'")));
+        TensorFromWire(tensor, max_bytes, absl::StrCat(item, " '", absl::CHexEscape(tensor.name()), "'"), pool));
     named.emplace_back(tensor.name(), std::move(decoded));
   }
   return named;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/core/buffer_pool.h"
 #include "engine/core/tensor.h"
 #include "engine/runtime/plan.h"
 #include "engine/runtime/session.h"
@@ -27,13 +28,15 @@ absl::StatusOr<engine::DataType> DataTypeFromWire(v1::DataType dtype);
 // kInvalidArgument for engine types the wire has no name for.
 absl::StatusOr<v1::DataType> DataTypeToWire(engine::DataType dtype);
 
-// `max_bytes` bounds the decoded tensor; `what` names it in errors ("input 'x'").
-absl::StatusOr<engine::Tensor> TensorFromWire(const v1::Tensor& tensor, int64_t max_bytes, const std::string& what);
+// `max_bytes` bounds the decoded tensor; `what` names it in errors ("input 'x'"). With a `pool`, the tensor's memory
+// comes from it (engine::TensorFromBytes).
+absl::StatusOr<engine::Tensor> TensorFromWire(const v1::Tensor& tensor, int64_t max_bytes, const std::string& what,
+                                              engine::BufferPool* pool = nullptr);
 absl::Status TensorToWire(const std::string& name, const engine::Tensor& tensor, v1::Tensor* wire);
 // Named tensors: every name non-empty. `field` names the request field, `item` one entry ("input", "parameter").
 absl::StatusOr<engine::NamedTensors> NamedTensorsFromWire(const google::protobuf::RepeatedPtrField<v1::Tensor>& tensors,
                                                           int64_t max_bytes, const std::string& field,
-                                                          const std::string& item);
+                                                          const std::string& item, engine::BufferPool* pool = nullptr);
 
 void TensorInfoToWire(const engine::GraphValue& value, v1::TensorInfo* wire);
 

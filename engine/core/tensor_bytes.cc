@@ -10,7 +10,7 @@ namespace traind::engine {
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the wire format is little-endian, as is the engine");
 
 absl::StatusOr<Tensor> TensorFromBytes(DataType dtype, absl::Span<const int64_t> dims, absl::string_view bytes,
-                                       int64_t max_bytes, absl::string_view what) {
+                                       int64_t max_bytes, absl::string_view what, BufferPool* pool) {
   if (!IsStorableType(dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(what, " has dtype ", DataTypeName(dtype),
                                                    ", which a tensor cannot hold"));
@@ -44,7 +44,9 @@ absl::StatusOr<Tensor> TensorFromBytes(DataType dtype, absl::Span<const int64_t>
       }
     }
   }
-  TRAIND_ASSIGN_OR_RETURN(Tensor tensor, Tensor::Allocate(dtype, Shape(dims.begin(), dims.end())));
+  Shape shape(dims.begin(), dims.end());
+  TRAIND_ASSIGN_OR_RETURN(Tensor tensor, pool != nullptr ? pool->AllocateTensor(dtype, std::move(shape))
+                                                         : Tensor::Allocate(dtype, std::move(shape)));
   if (!bytes.empty()) std::memcpy(tensor.mutable_raw_data(), bytes.data(), bytes.size());
   return tensor;
 }

@@ -11,15 +11,18 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "engine/core/buffer_pool.h"
 #include "engine/core/tensor.h"
 
 namespace traind::engine {
 
 // kInvalidArgument for a dtype a tensor cannot hold, a negative dimension, an element count that overflows, a
 // byte count other than elements x element size, or a bool byte other than 0 and 1; kResourceExhausted when the
-// tensor would exceed `max_bytes`. `what` names the tensor in messages ("input 'x'").
+// tensor would exceed `max_bytes`. `what` names the tensor in messages ("input 'x'"). With a `pool`, the tensor's
+// buffer comes from it (and returns to it when the tensor goes): a batch decoded per request then reuses the last
+// one's memory instead of costing a fresh mapping and its page faults every time.
 absl::StatusOr<Tensor> TensorFromBytes(DataType dtype, absl::Span<const int64_t> dims, absl::string_view bytes,
-                                       int64_t max_bytes, absl::string_view what);
+                                       int64_t max_bytes, absl::string_view what, BufferPool* pool = nullptr);
 
 // The tensor's elements as bytes (an undefined tensor gives none).
 std::string TensorToBytes(const Tensor& tensor);

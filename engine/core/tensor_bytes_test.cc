@@ -1,6 +1,7 @@
 #include "engine/core/tensor_bytes.h"
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,32 @@ TEST(TensorBytesTest, RefusesHostileHeadersBeforeAllocating) {
     EXPECT_THAT(std::string(tensor.status().message()), HasSubstr(bad.message));
     EXPECT_THAT(std::string(tensor.status().message()), HasSubstr("input 'x'"));
   }
+}
+
+TEST(TensorBytesTest, DecodesIntoAPoolAndReusesItsBuffer) {
+  std::shared_ptr<BufferPool> pool = BufferPool::Create();
+  std::vector<float> values(50000);  // 200 KB: above malloc's mmap threshold, as a client's batch often is
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f;
+  const void* first_data = nullptr;
+  {
+    auto first = TensorFromBytes(DataType::kFloat32, {500, 100}, Bytes(values), 1 << 20, "x", pool.get());
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(TensorToBytes(*first), Bytes(values));
+    EXPECT_GT(pool->bytes_in_use(), 0u);
+    first_data = first->raw_data();
+  }
+  EXPECT_EQ(pool->bytes_in_use(), 0u);  // back in the pool once the tensor is gone
+  values[7] = -1.0f;
+  auto second = TensorFromBytes(DataType::kFloat32, {500, 100}, Bytes(values), 1 << 20, "x", pool.get());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(pool->reuse_count(), 1u);
+  EXPECT_EQ(second->raw_data(), first_data);
+  EXPECT_EQ(TensorToBytes(*second), Bytes(values));
+
+  // A refused decode takes nothing from the pool.
+  auto refused = TensorFromBytes(DataType::kFloat32, {500, 100}, std::string(8, '\0'), 1 << 20, "x", pool.get());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool->bytes_in_use(), BufferPool::BucketCapacity(second->byte_size()));
 }
 
 }  // namespace
