@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/norm_ops.h"
+#include "engine/ops/row_statistics.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/runtime/kernel.h"
 
@@ -80,31 +81,6 @@ absl::Status AllocateRequestedGradients(KernelContext& context, const Tensor& x,
   return absl::OkStatus();
 }
 
-
-constexpr int kLanes = 8;  // Independent accumulators, so the reductions vectorise.
-
-// Sum of p[i] - shift and of its square, added to *sum and *squares.
-template <typename T>
-void AddShiftedMoments(const T* p, int64_t n, double shift, double* sum, double* squares) {
-  double s[kLanes] = {}, q[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) {
-      const double d = static_cast<double>(p[i + j]) - shift;
-      s[j] += d;
-      q[j] += d * d;
-    }
-  }
-  for (; i < n; ++i) {
-    const double d = static_cast<double>(p[i]) - shift;
-    *sum += d;
-    *squares += d * d;
-  }
-  for (int j = 0; j < kLanes; ++j) {
-    *sum += s[j];
-    *squares += q[j];
-  }
-}
 
 // The four sums BatchNormalizationGrad needs over one contiguous run, in one read of x and dy: (x - shift),
 // (x - shift)^2, dy and dy * (x - shift), added to moments[0..3]. One 64-byte vector of lanes of T per sum (GCC
@@ -252,50 +228,71 @@ class LayerNormGradKernel final : public Kernel {
       const bool wants_parameters = dscale != nullptr || dbias != nullptr;
       std::vector<double> partials(wants_parameters ? static_cast<size_t>(blocks * 2 * row) : 0, 0.0);
       context.threads().ParallelFor(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
+        typedef T Lanes __attribute__((vector_size(64)));
+        constexpr int64_t kLanes = 64 / sizeof(T);
+        // dScale / dB of up to kRowsPerFlush rows are summed in T (vectorised), then added into the block's double
+        // partials: each T sum holds at most kRowsPerFlush values, so the rounding stays that of a few adds.
+        constexpr int64_t kRowsPerFlush = 32;
         std::vector<T> xhat(static_cast<size_t>(row));
+        std::vector<T> rows_scale(wants_parameters ? static_cast<size_t>(row) : 0);
+        std::vector<T> rows_bias(wants_parameters ? static_cast<size_t>(row) : 0);
         for (int64_t block = block_begin; block < block_end; ++block) {
           double* partial_scale = wants_parameters ? partials.data() + block * 2 * row : nullptr;
           double* partial_bias = wants_parameters ? partial_scale + row : nullptr;
-          for (int64_t r = rows * block / blocks; r < rows * (block + 1) / blocks; ++r) {
+          const int64_t first = rows * block / blocks, last = rows * (block + 1) / blocks;
+          for (int64_t r = first; r < last; ++r) {
             const T* __restrict xs = in + r * row;
             const T* __restrict g = grad + r * row;
-            double sum = 0, squares = 0;
-            const T shift = xs[0];
-            AddShiftedMoments(xs, row, static_cast<double>(shift), &sum, &squares);
-            const double shifted_mean = sum / static_cast<double>(row);
-            const double var = std::max(0.0, squares / static_cast<double>(row) - shifted_mean * shifted_mean);
+            T* __restrict xh_row = xhat.data();
+            T shift = xs[0];
+            double shifted_mean = 0, var = 0;
+            ShiftedRowStatistics(xs, row, &shift, &shifted_mean, &var);
             const double inv = 1.0 / std::sqrt(var + epsilon_);
-            // Per element in T (vectorised), centred on a value of the row like the statistics; the row sums
-            // in independent lanes of T added up in double.
+            // Per element in T, in vectors of T (unaligned loads and stores through memcpy), centred on a value of
+            // the row like the statistics; the row sums in independent lanes of T added up in double.
             const T offset = static_cast<T>(shifted_mean), inv_t = static_cast<T>(inv);
-            constexpr int kWide = 16;
-            T lane_dxhat[kWide] = {}, lane_dxhat_xhat[kWide] = {};
+            Lanes lane_dxhat = {}, lane_dxhat_xhat = {};
             int64_t i = 0;
-            for (; i + kWide <= row; i += kWide) {
-              for (int j = 0; j < kWide; ++j) {
-                const T xh = ((xs[i + j] - shift) - offset) * inv_t;
-                xhat[i + j] = xh;
-                const T dxhat = g[i + j] * gamma[i + j];
-                lane_dxhat[j] += dxhat;
-                lane_dxhat_xhat[j] += dxhat * xh;
+            for (; i + kLanes <= row; i += kLanes) {
+              Lanes x_v, g_v, gamma_v;
+              std::memcpy(&x_v, xs + i, sizeof(x_v));
+              std::memcpy(&g_v, g + i, sizeof(g_v));
+              std::memcpy(&gamma_v, gamma + i, sizeof(gamma_v));
+              const Lanes xh = ((x_v - shift) - offset) * inv_t;
+              std::memcpy(xh_row + i, &xh, sizeof(xh));
+              const Lanes dxhat = g_v * gamma_v;
+              lane_dxhat += dxhat;
+              lane_dxhat_xhat += dxhat * xh;
+              if (wants_parameters) {
+                Lanes scale_v, bias_v;
+                std::memcpy(&scale_v, rows_scale.data() + i, sizeof(scale_v));
+                std::memcpy(&bias_v, rows_bias.data() + i, sizeof(bias_v));
+                scale_v += g_v * xh;
+                bias_v += g_v;
+                std::memcpy(rows_scale.data() + i, &scale_v, sizeof(scale_v));
+                std::memcpy(rows_bias.data() + i, &bias_v, sizeof(bias_v));
               }
             }
             double sum_dxhat = 0, sum_dxhat_xhat = 0;
             for (; i < row; ++i) {
               const T xh = ((xs[i] - shift) - offset) * inv_t;
-              xhat[i] = xh;
+              xh_row[i] = xh;
               const double dxhat = static_cast<double>(g[i] * gamma[i]);
               sum_dxhat += dxhat;
               sum_dxhat_xhat += dxhat * static_cast<double>(xh);
+              if (wants_parameters) {
+                rows_scale[i] += g[i] * xh;
+                rows_bias[i] += g[i];
+              }
             }
-            for (int j = 0; j < kWide; ++j) {
-              sum_dxhat += lane_dxhat[j];
-              sum_dxhat_xhat += lane_dxhat_xhat[j];
-            }
-            if (wants_parameters) {
+            sum_dxhat += HorizontalSum<T>(lane_dxhat);
+            sum_dxhat_xhat += HorizontalSum<T>(lane_dxhat_xhat);
+            if (wants_parameters && ((r - first + 1) % kRowsPerFlush == 0 || r + 1 == last)) {
               for (int64_t k = 0; k < row; ++k) {
-                partial_scale[k] += static_cast<double>(g[k] * xhat[k]);
-                partial_bias[k] += static_cast<double>(g[k]);
+                partial_scale[k] += static_cast<double>(rows_scale[k]);
+                partial_bias[k] += static_cast<double>(rows_bias[k]);
+                rows_scale[k] = T(0);
+                rows_bias[k] = T(0);
               }
             }
             if (dx == nullptr) continue;
@@ -303,7 +300,7 @@ class LayerNormGradKernel final : public Kernel {
             const T mean_dxhat_xhat = static_cast<T>(sum_dxhat_xhat / static_cast<double>(row));
             T* __restrict out = dx + r * row;
             for (int64_t k = 0; k < row; ++k) {
-              out[k] = inv_t * (g[k] * gamma[k] - mean_dxhat - xhat[k] * mean_dxhat_xhat);
+              out[k] = inv_t * (g[k] * gamma[k] - mean_dxhat - xh_row[k] * mean_dxhat_xhat);
             }
           }
         }

@@ -1,5 +1,10 @@
 // BatchNormalizationGrad / LayerNormalizationGrad: values are checked against float64 finite
 // differences in gradient_builder_test.cc and against PyTorch in tests/golden; here, their contracts.
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
 #include "engine/model/traind_schemas.h"
 #include "engine/testing/op_tester.h"
 #include "gtest/gtest.h"
@@ -33,6 +38,71 @@ TEST(NormalizationGradTest, ParametersSeeOnlyTheirSums) {
       .AddOutput<double>("db", {2}, {1, 3})
       .SetTolerance(1e-12, 1e-12)
       .Run();
+}
+
+// LayerNormalizationGrad of float rows against the same formulas in float64. Some rows sit far from zero (mean
+// 1000, deviation 1) and some start with a value far out (x[0] = mean + `outlier` deviations): the float statistics
+// must keep their precision in both.
+void ExpectLayerNormGradMatchesFloat64(int64_t kRows, int64_t kRow, float outlier) {
+  std::mt19937 generator(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(kRows * kRow), dy(kRows * kRow), scale(kRow);
+  for (int64_t r = 0; r < kRows; ++r) {
+    const float offset = r % 3 == 1 ? 1000.0f : 0.0f;
+    for (int64_t i = 0; i < kRow; ++i) {
+      x[r * kRow + i] = offset + normal(generator);
+      dy[r * kRow + i] = normal(generator);
+    }
+    if (r % 4 == 2) x[r * kRow] = offset + outlier;
+  }
+  for (float& s : scale) s = 1.0f + 0.5f * normal(generator);
+  const double epsilon = 1e-5;
+  std::vector<float> dx(x.size()), dscale(kRow), dbias(kRow);
+  std::vector<double> dscale_sum(kRow, 0.0), dbias_sum(kRow, 0.0);
+  for (int64_t r = 0; r < kRows; ++r) {
+    const float* xs = &x[r * kRow];
+    const float* g = &dy[r * kRow];
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < kRow; ++i) mean += xs[i];
+    mean /= kRow;
+    for (int64_t i = 0; i < kRow; ++i) var += (xs[i] - mean) * (xs[i] - mean);
+    var /= kRow;
+    const double inv = 1.0 / std::sqrt(var + epsilon);
+    double mean_dxhat = 0, mean_dxhat_xhat = 0;
+    for (int64_t i = 0; i < kRow; ++i) {
+      const double xhat = (xs[i] - mean) * inv;
+      mean_dxhat += static_cast<double>(g[i]) * scale[i] / kRow;
+      mean_dxhat_xhat += static_cast<double>(g[i]) * scale[i] * xhat / kRow;
+      dscale_sum[i] += g[i] * xhat;
+      dbias_sum[i] += g[i];
+    }
+    for (int64_t i = 0; i < kRow; ++i) {
+      const double xhat = (xs[i] - mean) * inv;
+      dx[r * kRow + i] =
+          static_cast<float>(inv * (static_cast<double>(g[i]) * scale[i] - mean_dxhat - xhat * mean_dxhat_xhat));
+    }
+  }
+  for (int64_t i = 0; i < kRow; ++i) {
+    dscale[i] = static_cast<float>(dscale_sum[i]);
+    dbias[i] = static_cast<float>(dbias_sum[i]);
+  }
+  OpTester("LayerNormalizationGrad", kTraindTrainingVersion, kTraindTrainingDomain)
+      .AddAttribute("epsilon", static_cast<float>(epsilon))
+      .AddInput<float>("dy", {kRows, kRow}, dy)
+      .AddInput<float>("x", {kRows, kRow}, x)
+      .AddInput<float>("scale", {kRow}, scale)
+      .AddOutput<float>("dx", {kRows, kRow}, dx)
+      .AddOutput<float>("dscale", {kRow}, dscale)
+      .AddOutput<float>("db", {kRow}, dbias)
+      .SetTolerance(1e-5, 1e-5)
+      .Run();
+}
+
+TEST(NormalizationGradTest, LayerNormGradInFloatMatchesFloat64) {
+  // Rows of 135 (vectors of 16 and a tail), enough of them for the dScale / dB sums to cross their flushes and the
+  // threads' blocks; then long rows, where a first value far out would cancel most bits of a one-pass variance.
+  ExpectLayerNormGradMatchesFloat64(301, 135, 40.0f);
+  ExpectLayerNormGradMatchesFloat64(24, 4099, 3000.0f);
 }
 
 TEST(NormalizationGradTest, RefusesAScaleOfTheWrongSize) {

@@ -1,0 +1,85 @@
+// Row statistics in vectors of T for the normalisation kernels (LayerNormalizationGrad): sums kept in
+// one 64-byte vector of lanes of T and flushed into double every kChunk elements, so each lane adds at most
+// kChunk / lanes values in T while the work runs at the vector width of T instead of that of double.
+#ifndef TRAIND_ENGINE_OPS_ROW_STATISTICS_H_
+#define TRAIND_ENGINE_OPS_ROW_STATISTICS_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace traind::engine {
+
+// The lanes of a 64-byte vector of T added up: halved in T down to 16 bytes, then in double.
+template <typename T, typename Lanes>
+double HorizontalSum(const Lanes& lanes) {
+  typedef T Half __attribute__((vector_size(32)));
+  typedef T Quarter __attribute__((vector_size(16)));
+  Half low, high;
+  std::memcpy(&low, &lanes, sizeof(low));
+  std::memcpy(&high, reinterpret_cast<const char*>(&lanes) + sizeof(low), sizeof(high));
+  const Half half = low + high;
+  Quarter q_low, q_high;
+  std::memcpy(&q_low, &half, sizeof(q_low));
+  std::memcpy(&q_high, reinterpret_cast<const char*>(&half) + sizeof(q_low), sizeof(q_high));
+  const Quarter quarter = q_low + q_high;
+  double total = 0;
+  for (size_t j = 0; j < sizeof(Quarter) / sizeof(T); ++j) total += static_cast<double>(quarter[j]);
+  return total;
+}
+
+// Mean and variance of a row, over its values shifted by one of them (`*shift`, a value of the row on entry), which
+// keeps the sums small and, for values near each other, makes p - shift exact. One pass (sums of p - shift and of
+// its square) when that is precise enough: the variance is their difference, which cancels in proportion to
+// (mean - shift)^2 / variance. A row whose shift lies more than twice the deviation from its mean (a few percent of
+// rows of roughly normal values; always a row whose first value is far out) takes a second pass shifted by its
+// mean instead, and `*shift` returns that shift: callers centre the row on the same value (p - shift) - mean.
+template <typename T>
+void ShiftedRowStatistics(const T* __restrict p, int64_t n, T* shift, double* shifted_mean, double* variance) {
+  typedef T Lanes __attribute__((vector_size(64)));
+  constexpr int64_t kLanes = 64 / sizeof(T);
+  constexpr int64_t kChunk = 1024;
+  // Sums of p - centre and of its square over the row.
+  const auto moments = [&](T centre, double* sum, double* squares) {
+    *sum = 0;
+    *squares = 0;
+    for (int64_t chunk = 0; chunk < n; chunk += kChunk) {
+      const int64_t end = std::min(n, chunk + kChunk);
+      Lanes s_lanes = {}, q_lanes = {};
+      int64_t i = chunk;
+      for (; i + kLanes <= end; i += kLanes) {
+        Lanes v;
+        std::memcpy(&v, p + i, sizeof(v));  // unaligned vector load
+        const Lanes d = v - centre;
+        s_lanes += d;
+        q_lanes += d * d;
+      }
+      for (; i < end; ++i) {
+        const double d = static_cast<double>(p[i] - centre);
+        *sum += d;
+        *squares += d * d;
+      }
+      *sum += HorizontalSum<T>(s_lanes);
+      *squares += HorizontalSum<T>(q_lanes);
+    }
+  };
+  const double count = static_cast<double>(n);
+  double sum = 0, squares = 0;
+  moments(*shift, &sum, &squares);
+  double mean = sum / count;
+  double var = squares / count - mean * mean;
+  if (!(var >= 0.25 * mean * mean) && std::isfinite(mean)) {  // also when var is NaN
+    *shift = static_cast<T>(static_cast<double>(*shift) + mean);
+    moments(*shift, &sum, &squares);
+    mean = sum / count;
+    var = squares / count - mean * mean;
+  }
+  *shifted_mean = mean;
+  *variance = std::max(0.0, var);
+}
+
+}  // namespace traind::engine
+
+#endif  // TRAIND_ENGINE_OPS_ROW_STATISTICS_H_
