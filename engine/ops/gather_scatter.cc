@@ -350,10 +350,25 @@ class ScatterNDKernel final : public Kernel {
       const T* update_data = updates->data<T>();
       T* dst = out->mutable_data<T>();
       const int64_t slice = slices.slice_size;
-      for (size_t t = 0; t < offsets.size(); ++t) {
-        const T* src = update_data + t * slice;
-        T* target = dst + offsets[t];
-        for (int64_t j = 0; j < slice; ++j) Reduce(reduction_, target + j, src[j]);
+      // The reduction is chosen once, outside the slices, so that each slice is one vectorised loop (an embedding's
+      // gradient adds a row per token). Slices stay in index order: repeated indices reduce deterministically.
+      const auto each_slice = [&](auto reduce) {
+        for (size_t t = 0; t < offsets.size(); ++t) {
+          const T* __restrict src = update_data + t * slice;
+          T* __restrict target = dst + offsets[t];
+          for (int64_t j = 0; j < slice; ++j) target[j] = reduce(target[j], src[j]);
+        }
+      };
+      switch (reduction_) {
+        case Reduction::kNone:
+          each_slice([](T, T update) { return update; });
+          break;
+        case Reduction::kAdd:
+          each_slice([](T value, T update) { return WrapAdd(value, update); });
+          break;
+        case Reduction::kMul:
+          each_slice([](T value, T update) { return WrapMul(value, update); });
+          break;
       }
       return absl::OkStatus();
     });

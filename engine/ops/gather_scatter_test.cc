@@ -1,3 +1,6 @@
+#include <cstdint>
+#include <vector>
+
 #include "engine/testing/op_tester.h"
 #include "gtest/gtest.h"
 
@@ -176,6 +179,26 @@ TEST(ScatterElementsTest, BadInputsAndAttributes) {
                            .AddOutput<float>("y", {2}, {0, 0}).RunRaw();
   EXPECT_EQ(bad_reduction.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad_reduction.status().message().find("reduction"), std::string::npos);
+}
+
+TEST(ScatterNDTest, AddsLongRowsInIndexOrder) {
+  // An embedding's gradient: rows of 37 (vector loop and tail) added into a table, indices repeated.
+  constexpr int64_t kRows = 5, kWidth = 37;
+  const std::vector<int64_t> indices = {3, 0, 3, 4, 3, 0};
+  std::vector<float> data(kRows * kWidth), updates(indices.size() * kWidth);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = 0.25f * static_cast<float>(i % 11);
+  for (size_t i = 0; i < updates.size(); ++i) updates[i] = 1.0f + 0.125f * static_cast<float>(i % 13);
+  std::vector<float> expected = data;
+  for (size_t t = 0; t < indices.size(); ++t) {
+    for (int64_t j = 0; j < kWidth; ++j) expected[indices[t] * kWidth + j] += updates[t * kWidth + j];
+  }
+  OpTester("ScatterND", 16).AddAttribute("reduction", std::string("add"))
+      .AddInput<float>("data", {kRows, kWidth}, data)
+      .AddInput<int64_t>("indices", {static_cast<int64_t>(indices.size()), 1}, indices)
+      .AddInput<float>("updates", {static_cast<int64_t>(indices.size()), kWidth}, updates)
+      .AddOutput<float>("y", {kRows, kWidth}, expected)
+      .SetTolerance(0, 0)
+      .Run();
 }
 
 TEST(ScatterNDTest, SlicesReductionsAndErrors) {
