@@ -16,6 +16,7 @@
 #include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/traind_schemas.h"
+#include "engine/ops/row_statistics.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/runtime/kernel.h"
 
@@ -180,46 +181,6 @@ double SquaredDeviationSum(const T* p, int64_t n, double mean) {
   }
   for (int j = 0; j < kLanes; ++j) sum += partial[j];
   return sum;
-}
-
-// Sum and sum of squares of (p[i] - shift) in one pass, added to *sum and *squares. Used where a
-// group spans many rows that do not stay in cache (BatchNormalization's channels), so a second
-// pass over the data would cost a full extra read. Precision: the caller shifts by a value from
-// the group (so E[d^2] - E[d]^2 does not cancel catastrophically when |mean| >> stddev), and the
-// vector lanes are flushed into the double totals every kChunk elements (each lane adds at most
-// kChunk / lanes values in T).
-//
-// Written with GCC vector extensions (one 64-byte vector of lanes, lowered to whatever the target has): as
-// arrays of lanes, GCC vectorised the loop across iterations and shuffled every element into place.
-template <typename T>
-void AccumulateShiftedSumAndSquares(const T* p, int64_t n, T shift, double* sum, double* squares) {
-  typedef T Lanes __attribute__((vector_size(64)));
-  constexpr int64_t kLanes = 64 / sizeof(T);
-  constexpr int64_t kChunk = 1024;
-  for (int64_t chunk = 0; chunk < n; chunk += kChunk) {
-    const int64_t end = std::min(n, chunk + kChunk);
-    Lanes partial_sum = {}, partial_squares = {};
-    int64_t i = chunk;
-    for (; i + kLanes <= end; i += kLanes) {
-      Lanes d;
-      std::memcpy(&d, p + i, sizeof(d));  // an unaligned vector load
-      d -= shift;
-      partial_sum += d;
-      partial_squares += d * d;
-    }
-    double chunk_sum = 0, chunk_squares = 0;
-    for (; i < end; ++i) {
-      const double d = static_cast<double>(p[i] - shift);
-      chunk_sum += d;
-      chunk_squares += d * d;
-    }
-    for (int64_t j = 0; j < kLanes; ++j) {
-      chunk_sum += static_cast<double>(partial_sum[j]);
-      chunk_squares += static_cast<double>(partial_squares[j]);
-    }
-    *sum += chunk_sum;
-    *squares += chunk_squares;
-  }
 }
 
 // out[i] = ((in[i] - center) - center_offset) * scale + shift over a contiguous run: normalises

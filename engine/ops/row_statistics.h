@@ -1,4 +1,4 @@
-// Row statistics in vectors of T for the normalisation kernels (LayerNormalizationGrad): sums kept in
+// Statistics in vectors of T for the normalisation kernels (BatchNormalization, LayerNormalizationGrad): sums kept in
 // one 64-byte vector of lanes of T and flushed into double every kChunk elements, so each lane adds at most
 // kChunk / lanes values in T while the work runs at the vector width of T instead of that of double.
 #ifndef TRAIND_ENGINE_OPS_ROW_STATISTICS_H_
@@ -30,6 +30,40 @@ double HorizontalSum(const Lanes& lanes) {
   return total;
 }
 
+// Sum and sum of squares of (p[i] - shift) in one pass, added to *sum and *squares. One pass matters where a group
+// spans many rows that do not stay in cache (BatchNormalization's channels). Precision: the caller shifts by a value
+// from the group (so E[d^2] - E[d]^2 does not cancel catastrophically when |mean| >> stddev), and the vector lanes
+// are flushed into the double totals every kChunk elements (each lane adds at most kChunk / lanes values in T).
+//
+// Written with GCC vector extensions (one 64-byte vector of lanes, lowered to whatever the target has): as
+// arrays of lanes, GCC vectorised the loop across iterations and shuffled every element into place.
+template <typename T>
+void AccumulateShiftedSumAndSquares(const T* __restrict p, int64_t n, T shift, double* sum, double* squares) {
+  typedef T Lanes __attribute__((vector_size(64)));
+  constexpr int64_t kLanes = 64 / sizeof(T);
+  constexpr int64_t kChunk = 1024;
+  for (int64_t chunk = 0; chunk < n; chunk += kChunk) {
+    const int64_t end = std::min(n, chunk + kChunk);
+    Lanes partial_sum = {}, partial_squares = {};
+    int64_t i = chunk;
+    for (; i + kLanes <= end; i += kLanes) {
+      Lanes d;
+      std::memcpy(&d, p + i, sizeof(d));  // an unaligned vector load
+      d -= shift;
+      partial_sum += d;
+      partial_squares += d * d;
+    }
+    double chunk_sum = 0, chunk_squares = 0;
+    for (; i < end; ++i) {
+      const double d = static_cast<double>(p[i] - shift);
+      chunk_sum += d;
+      chunk_squares += d * d;
+    }
+    *sum += chunk_sum + HorizontalSum<T>(partial_sum);
+    *squares += chunk_squares + HorizontalSum<T>(partial_squares);
+  }
+}
+
 // Mean and variance of a row, over its values shifted by one of them (`*shift`, a value of the row on entry), which
 // keeps the sums small and, for values near each other, makes p - shift exact. One pass (sums of p - shift and of
 // its square) when that is precise enough: the variance is their difference, which cancels in proportion to
@@ -38,41 +72,16 @@ double HorizontalSum(const Lanes& lanes) {
 // mean instead, and `*shift` returns that shift: callers centre the row on the same value (p - shift) - mean.
 template <typename T>
 void ShiftedRowStatistics(const T* __restrict p, int64_t n, T* shift, double* shifted_mean, double* variance) {
-  typedef T Lanes __attribute__((vector_size(64)));
-  constexpr int64_t kLanes = 64 / sizeof(T);
-  constexpr int64_t kChunk = 1024;
-  // Sums of p - centre and of its square over the row.
-  const auto moments = [&](T centre, double* sum, double* squares) {
-    *sum = 0;
-    *squares = 0;
-    for (int64_t chunk = 0; chunk < n; chunk += kChunk) {
-      const int64_t end = std::min(n, chunk + kChunk);
-      Lanes s_lanes = {}, q_lanes = {};
-      int64_t i = chunk;
-      for (; i + kLanes <= end; i += kLanes) {
-        Lanes v;
-        std::memcpy(&v, p + i, sizeof(v));  // unaligned vector load
-        const Lanes d = v - centre;
-        s_lanes += d;
-        q_lanes += d * d;
-      }
-      for (; i < end; ++i) {
-        const double d = static_cast<double>(p[i] - centre);
-        *sum += d;
-        *squares += d * d;
-      }
-      *sum += HorizontalSum<T>(s_lanes);
-      *squares += HorizontalSum<T>(q_lanes);
-    }
-  };
   const double count = static_cast<double>(n);
   double sum = 0, squares = 0;
-  moments(*shift, &sum, &squares);
+  AccumulateShiftedSumAndSquares(p, n, *shift, &sum, &squares);
   double mean = sum / count;
   double var = squares / count - mean * mean;
   if (!(var >= 0.25 * mean * mean) && std::isfinite(mean)) {  // also when var is NaN
     *shift = static_cast<T>(static_cast<double>(*shift) + mean);
-    moments(*shift, &sum, &squares);
+    sum = 0;
+    squares = 0;
+    AccumulateShiftedSumAndSquares(p, n, *shift, &sum, &squares);
     mean = sum / count;
     var = squares / count - mean * mean;
   }
