@@ -50,6 +50,9 @@ ABSL_FLAG(bool, profile, false, "Also print the time per op type (one more timed
 ABSL_FLAG(bool, fuse_elementwise, true,
           "Fuse groups of elementwise nodes (engine/runtime/fused_elementwise.h); --nofuse_elementwise measures "
           "what that brings.");
+ABSL_FLAG(bool, channels_last, true,
+          "Activations channels-last between convolutions (engine/runtime/channels_last.h); "
+          "--nochannels_last measures what that brings.");
 ABSL_FLAG(bool, prepare_constants, true,
           "Let kernels prepare constant inputs at compile time (Kernel::PrepareConstants); --noprepare_constants "
           "measures what that brings.");
@@ -76,6 +79,7 @@ int Main() {
   // The GPU executor places nodes by their op type; --nofuse_elementwise measures what fusion brings.
   compile_options.fuse_elementwise = absl::GetFlag(FLAGS_fuse_elementwise) && absl::GetFlag(FLAGS_device) == "cpu";
   compile_options.fold_transposes = absl::GetFlag(FLAGS_device) == "cpu";
+  compile_options.channels_last = absl::GetFlag(FLAGS_channels_last) && absl::GetFlag(FLAGS_device) == "cpu";
   absl::StatusOr<std::shared_ptr<const Plan>> plan = Compile(*model, compile_options);
   if (!plan.ok()) return Fail(std::string(plan.status().message()));
   std::unique_ptr<Executor> executor;

@@ -69,6 +69,9 @@ ABSL_FLAG(int, threads, 2, "Intra-op threads (the Module's pool, oneDNN/OpenMP, 
 ABSL_FLAG(int, warmup, 10, "Untimed steps first.");
 ABSL_FLAG(int, steps, 20, "Timed steps, at least.");
 ABSL_FLAG(double, min_time, 3.0, "Seconds of timed steps, at least.");
+ABSL_FLAG(bool, channels_last, true,
+          "Activations channels-last between convolutions (engine/runtime/channels_last.h); --nochannels_last "
+          "measures what that brings.");
 ABSL_FLAG(bool, profile, false, "Also print the time per op type (forward / backward) and optimizer, profiled.");
 ABSL_FLAG(int, profile_nodes, 0, "With --profile, also print the N slowest nodes, with their inputs.");
 ABSL_FLAG(std::string, dump, "", "Directory for losses.npy, grads/*.npy (first step), params/*.npy (final).");
@@ -232,6 +235,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(int threads) {
   trainer->trainable = artifacts.trainable;
   ModuleOptions module_options;
   module_options.num_threads = threads;
+  module_options.channels_last = absl::GetFlag(FLAGS_channels_last);
   ReportPhase("checkpoint state");
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device != "cpu") {

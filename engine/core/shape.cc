@@ -70,4 +70,16 @@ absl::StatusOr<Shape> BroadcastShapes(absl::Span<const Shape* const> shapes) {
   return result;
 }
 
+Shape ChannelsLastShape(absl::Span<const int64_t> channels_first) {
+  Shape shape(channels_first.begin(), channels_first.end());
+  if (shape.size() >= 2) std::rotate(shape.begin() + 1, shape.begin() + 2, shape.end());
+  return shape;
+}
+
+Shape ChannelsFirstShape(absl::Span<const int64_t> channels_last) {
+  Shape shape(channels_last.begin(), channels_last.end());
+  if (shape.size() >= 2) std::rotate(shape.begin() + 1, shape.end() - 1, shape.end());
+  return shape;
+}
+
 }  // namespace traind::engine

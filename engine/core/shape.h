@@ -35,6 +35,11 @@ absl::StatusOr<int64_t> NormalizeAxis(int64_t axis, int64_t rank);
 // "[2,3,4]".
 std::string ShapeToString(absl::Span<const int64_t> dims);
 
+// Channels-last ("NHWC") layout of an [N, C, spatial...] tensor is [N, spatial..., C]: the same tensor with its
+// channel axis moved last in memory. These map a shape between the two orders (rank >= 2; others unchanged).
+Shape ChannelsLastShape(absl::Span<const int64_t> channels_first);
+Shape ChannelsFirstShape(absl::Span<const int64_t> channels_last);
+
 // Numpy multidirectional broadcasting of any number of shapes; kInvalidArgument names both dims
 // when two are incompatible.
 absl::StatusOr<Shape> BroadcastShapes(absl::Span<const Shape* const> shapes);

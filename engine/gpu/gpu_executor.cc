@@ -239,7 +239,7 @@ absl::StatusOr<std::vector<Tensor>> GpuExecutor::Run(const Plan& plan, absl::Spa
           if (absl::Status status = stream_->MakeHostCurrent(slots[slot]); !status.ok()) return annotate(status);
         }
       }
-      TRAIND_RETURN_IF_ERROR(RunNodeOnCpu(node, n, slots, *host_buffers_, threads_, run_seed));
+      TRAIND_RETURN_IF_ERROR(RunNodeOnCpu(node, slots, *host_buffers_, threads_, run_seed));
     } else {
       node_inputs.clear();
       node_outputs.clear();

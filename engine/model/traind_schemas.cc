@@ -159,6 +159,8 @@ onnx::OpSchema ConvGradSchema() {
       .Output(1, "dW", "Gradient of W.", "T", onnx::OpSchema::Optional)
       .Output(2, "dB", "Gradient of the bias, [M].", "T", onnx::OpSchema::Optional)
       .Attr("group", "As Conv's.", onnx::AttributeProto::INT, static_cast<int64_t>(1))
+      .Attr("channels_last", "1: dY, X and dX are [N, spatial..., C] (the channels-last plan pass).",
+            onnx::AttributeProto::INT, static_cast<int64_t>(0))
       .TypeConstraint("T", {"tensor(float)"}, "float32 only, like the Conv kernel.")
       .TypeAndShapeInferenceFunction([](onnx::InferenceContext& ctx) {
         GradientLikeInput(ctx, 1, 0);
@@ -244,10 +246,63 @@ onnx::OpSchema NormalizationGradSchema(const char* name, const char* doc) {
 }
 
 onnx::OpSchema BatchNormalizationGradSchema() {
-  return NormalizationGradSchema(
+  onnx::OpSchema schema = NormalizationGradSchema(
       "BatchNormalizationGrad",
       "Gradients of training-mode BatchNormalization (batch statistics over every axis but 1, recomputed from X; "
       "per-channel Scale [C]).");
+  schema.Attr("channels_last", "1: dY, X and dX are [N, spatial..., C], statistics over every axis but the last.",
+              onnx::AttributeProto::INT, static_cast<int64_t>(0));
+  return schema;
+}
+
+// ---- The channels-last plan pass's forward ops (engine/runtime/channels_last.h): activations [N, spatial..., C] ----
+
+onnx::OpSchema ChannelsLastConvSchema() {
+  onnx::OpSchema schema;
+  schema.SetName("ChannelsLastConv")
+      .SetDomain(kTraindTrainingDomain)
+      .SinceVersion(kTraindTrainingVersion)
+      .SetDoc("Conv with X and Y channels-last ([N, spatial..., C] / [N, out spatial..., M]); W [M, C/group, k...] "
+              "and B [M] as Conv's.")
+      .Input(0, "X", "Input, channels-last.", "T")
+      .Input(1, "W", "Weights, as Conv's.", "T")
+      .Input(2, "B", "Bias, as Conv's.", "T", onnx::OpSchema::Optional)
+      .Output(0, "Y", "Output, channels-last.", "T")
+      .Attr("group", "As Conv's.", onnx::AttributeProto::INT, static_cast<int64_t>(1))
+      .TypeConstraint("T", {"tensor(float)"}, "float32 only, like the Conv kernel.")
+      .TypeAndShapeInferenceFunction([](onnx::InferenceContext& ctx) {
+        onnx::propagateElemTypeFromInputToOutput(ctx, 0, 0);
+      });
+  return WindowAttributes(schema);
+}
+
+onnx::OpSchema ChannelsLastBatchNormalizationSchema() {
+  onnx::OpSchema schema;
+  schema.SetName("ChannelsLastBatchNormalization")
+      .SetDomain(kTraindTrainingDomain)
+      .SinceVersion(kTraindTrainingVersion)
+      .SetDoc("BatchNormalization (opset 15, spatial) of a channels-last X [N, spatial..., C]: statistics over every "
+              "axis but the last.")
+      .Input(0, "X", "Input, channels-last.", "T")
+      .Input(1, "scale", "[C]", "T")
+      .Input(2, "B", "[C]", "T")
+      .Input(3, "input_mean", "[C]", "T")
+      .Input(4, "input_var", "[C]", "T")
+      .Output(0, "Y", "Output, channels-last.", "T")
+      .Output(1, "running_mean", "As BatchNormalization's (training_mode = 1).", "T", onnx::OpSchema::Optional)
+      .Output(2, "running_var", "As BatchNormalization's (training_mode = 1).", "T", onnx::OpSchema::Optional)
+      .Attr("epsilon", "As BatchNormalization's.", onnx::AttributeProto::FLOAT, 1e-5f)
+      .Attr("momentum", "As BatchNormalization's.", onnx::AttributeProto::FLOAT, 0.9f)
+      .Attr("training_mode", "As BatchNormalization's.", onnx::AttributeProto::INT, static_cast<int64_t>(0))
+      .TypeConstraint("T", {"tensor(float)", "tensor(double)"}, "Floating point.")
+      .TypeAndShapeInferenceFunction([](onnx::InferenceContext& ctx) {
+        onnx::propagateShapeAndTypeFromFirstInput(ctx);
+        for (size_t i = 1; i < ctx.getNumOutputs(); ++i) {
+          onnx::propagateElemTypeFromInputToOutput(ctx, 0, i);
+          if (onnx::hasInputShape(ctx, 3)) onnx::propagateShapeFromInputToOutput(ctx, 3, i);
+        }
+      });
+  return schema;
 }
 
 onnx::OpSchema LayerNormalizationGradSchema() {
@@ -302,6 +357,8 @@ const std::vector<SchemaFactory>& Schemas() {
       // Gradient kernels:
       ConvGradSchema, MaxPoolGradSchema, BatchNormalizationGradSchema, LayerNormalizationGradSchema, ReluGradSchema,
       ErfGradSchema, GeluGradSchema,
+      // The channels-last plan pass's forward ops:
+      ChannelsLastConvSchema, ChannelsLastBatchNormalizationSchema,
       // Products:
       FusedMatMulSchema,
       // Optimizers and gradient accumulation:

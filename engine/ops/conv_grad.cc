@@ -8,7 +8,8 @@
 // bias). Both are built with the forward_training primitive descriptor as their hint, once per shape, and like
 // the forward Conv they run in oneDNN's preferred (blocked) layouts with reorders in and out, except where plain
 // layouts win (1x1 kernels, a single input channel). Groups are oneDNN's grouped weights [g, M/g, C/g, k...],
-// which is exactly ONNX's [M, C/g, k...] in memory.
+// which is exactly ONNX's [M, C/g, k...] in memory. With channels_last = 1, dY, X and dX are [N, spatial..., C] in
+// memory (the channels-last plan pass, engine/runtime/channels_last.h) and run on oneDNN's nhwc layouts as given.
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -40,12 +41,26 @@ struct ConvGradPlan {
 
 class ConvGradKernel final : public Kernel {
  public:
-  ConvGradKernel(SpatialAttributes attributes, int64_t group) : attributes_(std::move(attributes)), group_(group) {}
+  // `channels_last`: dY, X and dX are [N, spatial..., C] in memory (as ChannelsLastConv's Y and X).
+  ConvGradKernel(SpatialAttributes attributes, int64_t group, bool channels_last)
+      : attributes_(std::move(attributes)), group_(group), channels_last_(channels_last) {}
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* w, context.RequiredInput(2));
+    // Checked and described in ONNX's [N, C, spatial...] order; only memory differs.
+    Tensor dy_channels_first, x_channels_first;
+    if (channels_last_) {
+      if (x->rank() < 3 || x->rank() > 5 || dy->rank() != x->rank()) {
+        return absl::InvalidArgumentError(absl::StrCat("ConvGrad (channels_last): dY ", dy->DebugString(), " and X ",
+                                                       x->DebugString(), " must be [N, spatial..., C], 1-3 spatial dims"));
+      }
+      dy_channels_first = dy->Reshaped(ChannelsFirstShape(dy->shape()));
+      x_channels_first = x->Reshaped(ChannelsFirstShape(x->shape()));
+      dy = &dy_channels_first;
+      x = &x_channels_first;
+    }
     if (x->dtype() != DataType::kFloat32 || w->dtype() != DataType::kFloat32 || dy->dtype() != DataType::kFloat32) {
       return UnsupportedDtype("ConvGrad", x->dtype());
     }
@@ -58,7 +73,8 @@ class ConvGradKernel final : public Kernel {
                wants_db = context.wants_output(2);
     Tensor *dx = nullptr, *dw = nullptr, *db = nullptr;
     if (wants_dx) {
-      TRAIND_ASSIGN_OR_RETURN(dx, context.AllocateOutput(0, DataType::kFloat32, x->shape()));
+      TRAIND_ASSIGN_OR_RETURN(dx, context.AllocateOutput(0, DataType::kFloat32,
+                                                         channels_last_ ? ChannelsLastShape(x->shape()) : x->shape()));
     }
     if (wants_dw) {
       TRAIND_ASSIGN_OR_RETURN(dw, context.AllocateOutput(1, DataType::kFloat32, w->shape()));
@@ -70,7 +86,7 @@ class ConvGradKernel final : public Kernel {
       for (Tensor* out : {dx, dw, db}) {
         if (out != nullptr) std::fill_n(out->mutable_data<float>(), out->num_elements(), 0.0f);
       }
-      if (db != nullptr && dy->num_elements() > 0) SumBias(*dy, *db);
+      if (db != nullptr && dy->num_elements() > 0) SumBias(*dy, *db, channels_last_);
       return absl::OkStatus();
     }
     std::vector<int64_t> key = x->shape();
@@ -101,8 +117,14 @@ class ConvGradKernel final : public Kernel {
 
  private:
   // dB = dY summed over every axis but 1 (only for empty inputs; oneDNN sums it otherwise).
-  static void SumBias(const Tensor& dy, Tensor& db) {
+  static void SumBias(const Tensor& dy, Tensor& db, bool channels_last) {
     const int64_t channels = dy.dim(1);
+    if (channels_last) {
+      float* out = db.mutable_data<float>();
+      std::fill_n(out, channels, 0.0f);
+      for (int64_t i = 0; i < dy.num_elements(); ++i) out[i % channels] += dy.data<float>()[i];
+      return;
+    }
     const int64_t plane = DimProduct(dy.shape(), 2, dy.shape().size());
     float* out = db.mutable_data<float>();
     std::fill_n(out, channels, 0.0f);
@@ -120,10 +142,12 @@ class ConvGradKernel final : public Kernel {
     const DnnlConvGeometry geometry = MakeDnnlConvGeometry(w.shape(), group_, window, x.dim(1));
     const memory::dims& weight_dims = geometry.weight_dims;
     const memory::dims& dilations = geometry.dilations;
-    const bool plain = geometry.plain_activations;
+    const bool given_layout = geometry.plain_activations || channels_last_;
     const auto activation = [&](const Shape& dims) {
-      return plain ? PlainDesc(dims, f32) : memory::desc(ToDims(dims), f32, memory::format_tag::any);
+      return given_layout ? ActivationDesc(dims, f32, channels_last_)
+                          : memory::desc(ToDims(dims), f32, memory::format_tag::any);
     };
+    const auto user = [&](const Shape& dims) { return ActivationDesc(dims, f32, channels_last_); };
     const memory::desc src = activation(x.shape()), dst = activation(y_shape);
     const memory::desc any_weights(ToDims(weight_dims), f32, memory::format_tag::any);
     const memory::desc bias_desc = bias ? PlainDesc({w.dim(0)}, f32) : memory::desc();
@@ -144,9 +168,9 @@ class ConvGradKernel final : public Kernel {
         plan->data_weights = pd.weights_desc();
         plan->data_diff_src = pd.diff_src_desc();
         plan->data_scratchpad = pd.scratchpad_desc();
-        plan->data_diff_dst_in = MakeLayoutChange(PlainDesc(y_shape, f32), plan->data_diff_dst);
+        plan->data_diff_dst_in = MakeLayoutChange(user(y_shape), plan->data_diff_dst);
         plan->data_weights_in = MakeLayoutChange(PlainDesc(weight_dims, f32), plan->data_weights);
-        plan->data_diff_src_out = MakeLayoutChange(plan->data_diff_src, PlainDesc(x.shape(), f32));
+        plan->data_diff_src_out = MakeLayoutChange(plan->data_diff_src, user(x.shape()));
       }
       if (weights) {
         dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, src, any_weights,
@@ -158,8 +182,8 @@ class ConvGradKernel final : public Kernel {
         plan->weights_diff_weights = pd.diff_weights_desc();
         plan->weights_diff_bias = bias_desc;
         plan->weights_scratchpad = pd.scratchpad_desc();
-        plan->weights_src_in = MakeLayoutChange(PlainDesc(x.shape(), f32), plan->weights_src);
-        plan->weights_diff_dst_in = MakeLayoutChange(PlainDesc(y_shape, f32), plan->weights_diff_dst);
+        plan->weights_src_in = MakeLayoutChange(user(x.shape()), plan->weights_src);
+        plan->weights_diff_dst_in = MakeLayoutChange(user(y_shape), plan->weights_diff_dst);
         plan->weights_diff_weights_out =
             MakeLayoutChange(plan->weights_diff_weights, PlainDesc(weight_dims, f32));
       }
@@ -232,6 +256,7 @@ class ConvGradKernel final : public Kernel {
 
   SpatialAttributes attributes_;
   int64_t group_;
+  bool channels_last_;
   DnnlPrimitiveCache<ConvGradPlan> cache_;
 };
 
@@ -240,7 +265,11 @@ class ConvGradKernel final : public Kernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateConvGradKernel(const KernelInit& init) {
   TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes, SpatialAttributes::Parse(init, /*allow_dilations=*/true));
   TRAIND_ASSIGN_OR_RETURN(int64_t group, ParseConvGroup(init));
-  return std::unique_ptr<Kernel>(new ConvGradKernel(std::move(attributes), group));
+  TRAIND_ASSIGN_OR_RETURN(const int64_t channels_last, init.GetInt("channels_last", 0));
+  if (channels_last != 0 && channels_last != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("ConvGrad: channels_last must be 0 or 1, got ", channels_last));
+  }
+  return std::unique_ptr<Kernel>(new ConvGradKernel(std::move(attributes), group, channels_last == 1));
 }
 
 }  // namespace traind::engine

@@ -122,21 +122,36 @@ struct ConvPlan {
 
 class ConvKernel final : public Kernel {
  public:
-  ConvKernel(SpatialAttributes attributes, int64_t group) : attributes_(std::move(attributes)), group_(group) {}
+  // `channels_last`: X and Y are [N, spatial..., C] in memory (ChannelsLastConv), W stays [M, C/g, k...].
+  ConvKernel(SpatialAttributes attributes, int64_t group, bool channels_last)
+      : attributes_(std::move(attributes)), group_(group), channels_last_(channels_last) {}
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* w, context.RequiredInput(1));
     const Tensor* b = context.input(2);
+    // Shapes are checked and the primitive described in ONNX's [N, C, spatial...] order; only memory differs.
+    Tensor x_channels_first;
+    if (channels_last_) {
+      if (x->rank() < 3 || x->rank() > 5) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ChannelsLastConv: input must be [N, spatial..., C] with 1-3 spatial dims, got ",
+                         x->DebugString()));
+      }
+      x_channels_first = x->Reshaped(ChannelsFirstShape(x->shape()));
+      x = &x_channels_first;
+    }
     TRAIND_ASSIGN_OR_RETURN(const ConvShape shape, CheckConvInputs(*x, *w, b, attributes_, group_));
     const WindowGeometry& window = shape.window;
     const Shape& out_shape = shape.output;
 
     if (x->dtype() != DataType::kFloat32) return UnsupportedDtype("Conv", x->dtype());
     if (window.rank() > 3) return absl::UnimplementedError("Conv: more than 3 spatial dims");
-    TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), out_shape));
+    TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), channels_last_
+                                                                                  ? ChannelsLastShape(out_shape)
+                                                                                  : out_shape));
     if (y->num_elements() == 0) return absl::OkStatus();
-    if (w->num_elements() == 0) return FillWithBias(b, y);  // No input channels: y = bias.
+    if (w->num_elements() == 0) return FillWithBias(b, y, channels_last_);  // No input channels: y = bias.
 
     std::vector<int64_t> key = x->shape();
     key.insert(key.end(), w->shape().begin(), w->shape().end());
@@ -148,8 +163,13 @@ class ConvKernel final : public Kernel {
   }
 
  private:
-  static absl::Status FillWithBias(const Tensor* b, Tensor* y) {
+  static absl::Status FillWithBias(const Tensor* b, Tensor* y, bool channels_last) {
     float* out = y->mutable_data<float>();
+    if (channels_last) {
+      const int64_t channels = y->dim(y->rank() - 1);
+      for (int64_t i = 0; i < y->num_elements(); ++i) out[i] = b == nullptr ? 0.0f : b->data<float>()[i % channels];
+      return absl::OkStatus();
+    }
     const int64_t channels = y->dim(1);
     const int64_t plane = DimProduct(y->shape(), 2, y->shape().size());
     for (int64_t i = 0; i < y->dim(0) * channels; ++i) {
@@ -166,9 +186,12 @@ class ConvKernel final : public Kernel {
     const DnnlConvGeometry geometry = MakeDnnlConvGeometry(w.shape(), group_, window, x.dim(1));
     const memory::dims& weight_dims = geometry.weight_dims;
     const memory::dims& dilations = geometry.dilations;
-    const bool plain_activations = geometry.plain_activations;
+    // Channels-last activations are taken as they are: oneDNN's direct convolutions run on them (brgconv forward
+    // prefers them), so they need no reorder at all.
+    const bool given_layout = geometry.plain_activations || channels_last_;
     const auto activation_desc = [&](const Shape& dims) {
-      return plain_activations ? PlainDesc(dims, f32) : memory::desc(ToDnnlDims(dims), f32, memory::format_tag::any);
+      return given_layout ? ActivationDesc(dims, f32, channels_last_)
+                          : memory::desc(ToDnnlDims(dims), f32, memory::format_tag::any);
     };
     const memory::desc any_src = activation_desc(x.shape());
     const memory::desc any_weights(ToDnnlDims(weight_dims), f32, memory::format_tag::any);
@@ -185,9 +208,9 @@ class ConvKernel final : public Kernel {
       plan->bias = bias;
       plan->dst = pd.dst_desc();
       plan->scratchpad = pd.scratchpad_desc();
-      plan->src_in = MakeLayoutChange(PlainDesc(x.shape(), f32), plan->src);
+      plan->src_in = MakeLayoutChange(ActivationDesc(x.shape(), f32, channels_last_), plan->src);
       plan->weights_in = MakeLayoutChange(PlainDesc(weight_dims, f32), plan->weights);
-      plan->dst_out = MakeLayoutChange(plan->dst, PlainDesc(out_shape, f32));
+      plan->dst_out = MakeLayoutChange(plan->dst, ActivationDesc(out_shape, f32, channels_last_));
     }));
     return std::shared_ptr<const ConvPlan>(std::move(plan));
   }
@@ -228,6 +251,7 @@ class ConvKernel final : public Kernel {
 
   SpatialAttributes attributes_;
   int64_t group_;
+  bool channels_last_;
   DnnlPrimitiveCache<ConvPlan> cache_;
 };
 
@@ -454,7 +478,13 @@ class ConvTransposeKernel final : public Kernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateConvKernel(const KernelInit& init) {
   TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes, SpatialAttributes::Parse(init, /*allow_dilations=*/true));
   TRAIND_ASSIGN_OR_RETURN(int64_t group, ParseConvGroup(init));
-  return std::unique_ptr<Kernel>(new ConvKernel(std::move(attributes), group));
+  return std::unique_ptr<Kernel>(new ConvKernel(std::move(attributes), group, /*channels_last=*/false));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateChannelsLastConvKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes, SpatialAttributes::Parse(init, /*allow_dilations=*/true));
+  TRAIND_ASSIGN_OR_RETURN(int64_t group, ParseConvGroup(init));
+  return std::unique_ptr<Kernel>(new ConvKernel(std::move(attributes), group, /*channels_last=*/true));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateConvTransposeKernel(const KernelInit& init) {

@@ -25,6 +25,13 @@ dnnl::memory::desc PlainDesc(absl::Span<const int64_t> dims, dnnl::memory::data_
   return dnnl::memory::desc(dnnl::memory::dims(dims.begin(), dims.end()), type, kPlainTags[dims.size() - 1]);
 }
 
+dnnl::memory::desc ActivationDesc(absl::Span<const int64_t> dims, dnnl::memory::data_type type, bool channels_last) {
+  if (!channels_last) return PlainDesc(dims, type);
+  using tag = dnnl::memory::format_tag;
+  static constexpr tag kChannelsLastTags[] = {tag::acb, tag::acdb, tag::acdeb};
+  return dnnl::memory::desc(dnnl::memory::dims(dims.begin(), dims.end()), type, kChannelsLastTags[dims.size() - 3]);
+}
+
 dnnl::primitive_attr UserScratchpadAttr() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

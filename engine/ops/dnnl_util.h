@@ -36,6 +36,10 @@ dnnl::stream& DnnlThreadStream();
 // Plain row-major ("abcd...") descriptor for an ONNX tensor of the given dims; rank 1..6.
 dnnl::memory::desc PlainDesc(absl::Span<const int64_t> dims, dnnl::memory::data_type type);
 
+// Descriptor of an activation given in ONNX's [N, C, spatial...] dims: plain, or channels-last in memory
+// ([N, spatial..., C]: oneDNN's nwc / nhwc / ndhwc) when `channels_last`; rank 3..5.
+dnnl::memory::desc ActivationDesc(absl::Span<const int64_t> dims, dnnl::memory::data_type type, bool channels_last);
+
 // oneDNN's view of an ONNX convolution, shared by the forward Conv and ConvGrad so both pick the same layouts.
 struct DnnlConvGeometry {
   // ONNX weights [M, C/g, k...] are exactly oneDNN's grouped [g, M/g, C/g, k...] in memory.

@@ -2,6 +2,7 @@
 // dozen broadcast elementwise / reduction nodes the standard-op rules emit:
 //
 //   BatchNormalizationGrad(dY, X, Scale) -> (dX, dScale, dB)   training mode, statistics over all axes but 1
+//                                                               (channels_last = 1: but the last, [N, spatial..., C])
 //   LayerNormalizationGrad(dY, X, Scale) -> (dX, dScale, dB)   over axes axis..rank-1, Scale of that shape
 //
 // With xhat = (x - mean) * inv, inv = 1 / sqrt(var + epsilon) (biased variance, recomputed from X in double, as
@@ -128,13 +129,21 @@ void AddBatchNormMoments(const T* __restrict x, const T* __restrict dy, int64_t 
 
 class BatchNormGradKernel final : public Kernel {
  public:
-  explicit BatchNormGradKernel(float epsilon) : epsilon_(epsilon) {}
+  // `channels_last`: dY, X and dX are [N, spatial..., C] in memory (the channels-last plan pass).
+  BatchNormGradKernel(float epsilon, bool channels_last) : epsilon_(epsilon), channels_last_(channels_last) {}
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* scale, context.RequiredInput(2));
-    TRAIND_ASSIGN_OR_RETURN(const BatchNormGradShape shape, CheckBatchNormGradInputs(*dy, *x, *scale));
+    Tensor dy_channels_first, x_channels_first;  // Views in ONNX's order, for the checks.
+    if (channels_last_) {
+      dy_channels_first = dy->Reshaped(ChannelsFirstShape(dy->shape()));
+      x_channels_first = x->Reshaped(ChannelsFirstShape(x->shape()));
+    }
+    TRAIND_ASSIGN_OR_RETURN(const BatchNormGradShape shape,
+                            channels_last_ ? CheckBatchNormGradInputs(dy_channels_first, x_channels_first, *scale)
+                                           : CheckBatchNormGradInputs(*dy, *x, *scale));
     const int64_t batch = shape.batch, channels = shape.channels, row = shape.row;
     const int64_t count = batch * row;
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "BatchNormalizationGrad", [&](auto tag) -> absl::Status {
@@ -145,30 +154,42 @@ class BatchNormGradKernel final : public Kernel {
       const T* grad = dy->data<T>();
       const T* gamma = scale->data<T>();
       const double n = static_cast<double>(count);
-      // Both passes walk the tensors in memory order, one [b, c] row at a time (a channel-by-channel walk starts
-      // a new stream every row and runs at a fraction of the memory bandwidth). Each row's moments are kept, and
-      // a channel's rows are added in batch order, so the results do not depend on the split among threads.
-      const int64_t rows = batch * channels;
-      const int64_t grain = std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, row));
       std::vector<T> shifts(static_cast<size_t>(channels));
-      // Statistics around a value of each channel (no cancellation when |mean| >> stddev).
-      for (int64_t c = 0; c < channels; ++c) shifts[c] = in[c * row];
-      std::vector<double> row_moments(static_cast<size_t>(4 * rows), 0.0);
-      context.threads().ParallelFor(rows, grain, [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-          AddBatchNormMoments(in + r * row, grad + r * row, row, shifts[r % channels], &row_moments[4 * r]);
+      // Per channel: sum (x - shift), sum (x - shift)^2, sum dy, sum dy * (x - shift), statistics around a value of
+      // each channel (no cancellation when |mean| >> stddev), its first.
+      std::vector<double> moments(static_cast<size_t>(4 * channels), 0.0);
+      for (int64_t c = 0; c < channels; ++c) shifts[c] = channels_last_ ? in[c] : in[c * row];
+      auto sum_moments = [&] {
+        std::fill(moments.begin(), moments.end(), 0.0);
+        if (channels_last_) {
+          ChannelsLastMoments(in, grad, count, channels, shifts.data(), moments.data(), context);
+        } else {
+          ChannelsFirstMoments(in, grad, batch, channels, row, shifts.data(), moments.data(), context);
         }
-      });
+      };
+      sum_moments();
+      // A first value far out in its channel (more than 2 standard deviations from the mean) leaves the sums
+      // dominated by the shift, and dScale = sum(dy * (x - shift)) - mean * sum(dy) cancels most of their bits:
+      // then once more, every channel shifted by its mean.
+      bool shift_far_out = false;
+      for (int64_t c = 0; c < channels; ++c) {
+        const double shifted_mean = moments[4 * c] / n;
+        const double var = std::max(0.0, moments[4 * c + 1] / n - shifted_mean * shifted_mean);
+        shift_far_out = shift_far_out || shifted_mean * shifted_mean > 4.0 * var;
+      }
+      if (shift_far_out) {
+        for (int64_t c = 0; c < channels; ++c) {
+          shifts[c] = static_cast<T>(static_cast<double>(shifts[c]) + moments[4 * c] / n);
+        }
+        sum_moments();
+      }
       // dx = inv * gamma * (dy - mean(dy) - xhat * mean(dy * xhat)) as one affine map of (dy, x - shift) per
       // channel: a * dy + b * (x - shift) + k, centred on the shift like the statistics.
       std::vector<T> dy_coefficients(static_cast<size_t>(channels)), x_coefficients(static_cast<size_t>(channels));
       std::vector<T> constants(static_cast<size_t>(channels));
       for (int64_t c = 0; c < channels; ++c) {
-        double moments[4] = {0, 0, 0, 0};
-        for (int64_t b = 0; b < batch; ++b) {
-          for (int k = 0; k < 4; ++k) moments[k] += row_moments[4 * (b * channels + c) + k];
-        }
-        const double sum = moments[0], squares = moments[1], sum_dy = moments[2], sum_dy_x = moments[3];
+        const double* m = &moments[4 * c];
+        const double sum = m[0], squares = m[1], sum_dy = m[2], sum_dy_x = m[3];
         const double shifted_mean = sum / n;
         const double var = std::max(0.0, squares / n - shifted_mean * shifted_mean);
         const double inv = 1.0 / std::sqrt(var + epsilon_);
@@ -183,6 +204,43 @@ class BatchNormGradKernel final : public Kernel {
         constants[c] = static_cast<T>(-a * mean_dy - b_coefficient * shifted_mean);
       }
       if (dx == nullptr) return absl::OkStatus();
+      if (channels_last_) {
+        // Rows of all channels; the channel is the vectorised inner loop.
+        const int64_t grain = std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, channels));
+        context.threads().ParallelFor(count, grain, [&](int64_t begin, int64_t end) {
+          typedef T Lanes __attribute__((vector_size(64)));
+          constexpr int64_t kLanes = 64 / sizeof(T);
+          const int64_t vector_channels = channels / kLanes * kLanes;
+          // Local copies: the stores below could alias the vectors' own pointers, which GCC would then reload.
+          const T* const a_data = dy_coefficients.data();
+          const T* const b_data = x_coefficients.data();
+          const T* const k_data = constants.data();
+          const T* const shift_data = shifts.data();
+          for (int64_t r = begin; r < end; ++r) {
+            const T* g = grad + r * channels;
+            const T* xs = in + r * channels;
+            T* out = dx + r * channels;
+            int64_t c = 0;
+            for (; c < vector_channels; c += kLanes) {
+              Lanes ta, tb, tk, shift, g_v, x_v;
+              std::memcpy(&ta, a_data + c, sizeof(ta));
+              std::memcpy(&tb, b_data + c, sizeof(tb));
+              std::memcpy(&tk, k_data + c, sizeof(tk));
+              std::memcpy(&shift, shift_data + c, sizeof(shift));
+              std::memcpy(&g_v, g + c, sizeof(g_v));
+              std::memcpy(&x_v, xs + c, sizeof(x_v));
+              const Lanes result = ta * g_v + tb * (x_v - shift) + tk;
+              std::memcpy(out + c, &result, sizeof(result));
+            }
+            for (; c < channels; ++c) {
+              out[c] = dy_coefficients[c] * g[c] + x_coefficients[c] * (xs[c] - shifts[c]) + constants[c];
+            }
+          }
+        });
+        return absl::OkStatus();
+      }
+      const int64_t rows = batch * channels;
+      const int64_t grain = std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, row));
       context.threads().ParallelFor(rows, grain, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
           const int64_t c = r % channels;
@@ -198,7 +256,52 @@ class BatchNormGradKernel final : public Kernel {
   }
 
  private:
+  // [N, C, row] in memory. Both passes walk the tensors in memory order, one [b, c] row at a time (a
+  // channel-by-channel walk starts a new stream every row and runs at a fraction of the memory bandwidth). Each
+  // row's moments are kept, and a channel's rows are added in batch order, so the results do not depend on the
+  // split among threads.
+  template <typename T>
+  static void ChannelsFirstMoments(const T* in, const T* grad, int64_t batch, int64_t channels, int64_t row,
+                                   const T* shifts, double* moments, KernelContext& context) {
+    const int64_t rows = batch * channels;
+    const int64_t grain = std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, row));
+    std::vector<double> row_moments(static_cast<size_t>(4 * rows), 0.0);
+    context.threads().ParallelFor(rows, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        AddBatchNormMoments(in + r * row, grad + r * row, row, shifts[r % channels], &row_moments[4 * r]);
+      }
+    });
+    for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int k = 0; k < 4; ++k) moments[4 * c + k] += row_moments[4 * (b * channels + c) + k];
+      }
+    }
+  }
+
+  // [count, C] in memory. Summed per fixed block of rows (independent of the thread count), the blocks added in
+  // order in double: deterministic whatever the split among threads.
+  template <typename T>
+  static void ChannelsLastMoments(const T* in, const T* grad, int64_t count, int64_t channels, const T* shifts,
+                                  double* moments, KernelContext& context) {
+    const int64_t rows_per_block = ChannelsLastRowsPerBlock(channels);
+    const int64_t blocks = (count + rows_per_block - 1) / rows_per_block;
+    std::vector<double> partials(static_cast<size_t>(blocks * 4 * channels), 0.0);
+    context.threads().ParallelFor(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
+      for (int64_t block = block_begin; block < block_end; ++block) {
+        AddChannelsLastMoments(in, grad, channels, block * rows_per_block, std::min(count, (block + 1) * rows_per_block),
+                               shifts, partials.data() + block * 4 * channels);
+      }
+    });
+    for (int64_t block = 0; block < blocks; ++block) {
+      const double* part = partials.data() + block * 4 * channels;
+      for (int64_t c = 0; c < channels; ++c) {
+        for (int k = 0; k < 4; ++k) moments[4 * c + k] += part[k * channels + c];
+      }
+    }
+  }
+
   float epsilon_;
+  bool channels_last_;
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -329,7 +432,11 @@ class LayerNormGradKernel final : public Kernel {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateBatchNormalizationGradKernel(const KernelInit& init) {
   TRAIND_ASSIGN_OR_RETURN(float epsilon, ParseNormEpsilon(init));
-  return std::unique_ptr<Kernel>(new BatchNormGradKernel(epsilon));
+  TRAIND_ASSIGN_OR_RETURN(const int64_t channels_last, init.GetInt("channels_last", 0));
+  if (channels_last != 0 && channels_last != 1) {
+    return init.Error(absl::StrCat("attribute 'channels_last' must be 0 or 1, got ", channels_last));
+  }
+  return std::unique_ptr<Kernel>(new BatchNormGradKernel(epsilon, channels_last == 1));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateLayerNormalizationGradKernel(const KernelInit& init) {

@@ -105,6 +105,79 @@ TEST(NormalizationGradTest, LayerNormGradInFloatMatchesFloat64) {
   ExpectLayerNormGradMatchesFloat64(24, 4099, 3000.0f);
 }
 
+// BatchNormalizationGrad with channels_last = 1 (X, dY, dX [N, H, W, C]) against the formulas in float64, per channel
+// c = i % C. Channel counts of one vector of lanes, one and a tail, and less than one; enough rows to cross the
+// kernel's flushes and blocks; every third channel near 1000 with its first value far out.
+void ExpectChannelsLastBatchNormGradMatchesFloat64(int64_t channels) {
+  const int64_t kBatch = 3, kHeight = 37, kWidth = 41;
+  const int64_t rows = kBatch * kHeight * kWidth;
+  std::mt19937 generator(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(rows * channels), dy(rows * channels), scale(channels);
+  for (int64_t i = 0; i < rows * channels; ++i) {
+    x[i] = (i % channels % 3 == 1 ? 1000.0f : 0.0f) + normal(generator);
+    dy[i] = normal(generator);
+  }
+  for (int64_t c = 0; c < channels; c += 3) x[c] += 30.0f;
+  for (float& s : scale) s = 1.0f + 0.5f * normal(generator);
+  const double epsilon = 1e-5;
+  std::vector<double> mean(channels, 0.0), var(channels, 0.0), sum_dy(channels, 0.0), sum_dy_xhat(channels, 0.0);
+  for (int64_t i = 0; i < rows * channels; ++i) mean[i % channels] += x[i] / static_cast<double>(rows);
+  for (int64_t i = 0; i < rows * channels; ++i) {
+    const double d = x[i] - mean[i % channels];
+    var[i % channels] += d * d / static_cast<double>(rows);
+  }
+  auto xhat = [&](int64_t i) { return (x[i] - mean[i % channels]) / std::sqrt(var[i % channels] + epsilon); };
+  for (int64_t i = 0; i < rows * channels; ++i) {
+    sum_dy[i % channels] += dy[i];
+    sum_dy_xhat[i % channels] += dy[i] * xhat(i);
+  }
+  std::vector<float> dx(x.size()), dscale(channels), dbias(channels);
+  for (int64_t i = 0; i < rows * channels; ++i) {
+    const int64_t c = i % channels;
+    const double inv = 1.0 / std::sqrt(var[c] + epsilon);
+    dx[i] = static_cast<float>(inv * scale[c] *
+                               (dy[i] - sum_dy[c] / static_cast<double>(rows) -
+                                xhat(i) * sum_dy_xhat[c] / static_cast<double>(rows)));
+  }
+  for (int64_t c = 0; c < channels; ++c) {
+    dscale[c] = static_cast<float>(sum_dy_xhat[c]);
+    dbias[c] = static_cast<float>(sum_dy[c]);
+  }
+  OpTester("BatchNormalizationGrad", kTraindTrainingVersion, kTraindTrainingDomain)
+      .AddAttribute("epsilon", static_cast<float>(epsilon))
+      .AddAttribute("channels_last", int64_t{1})
+      .AddInput<float>("dy", {kBatch, kHeight, kWidth, channels}, dy)
+      .AddInput<float>("x", {kBatch, kHeight, kWidth, channels}, x)
+      .AddInput<float>("scale", {channels}, scale)
+      .AddOutput<float>("dx", {kBatch, kHeight, kWidth, channels}, dx)
+      .AddOutput<float>("dscale", {channels}, dscale)
+      .AddOutput<float>("db", {channels}, dbias)
+      .SetTolerance(2e-5, 2e-5)
+      .Run();
+}
+
+TEST(NormalizationGradTest, ChannelsLastBatchNormGradMatchesFloat64) {
+  ExpectChannelsLastBatchNormGradMatchesFloat64(16);
+  ExpectChannelsLastBatchNormGradMatchesFloat64(21);
+  ExpectChannelsLastBatchNormGradMatchesFloat64(5);
+}
+
+TEST(NormalizationGradTest, ChannelsLastBatchNormGradInDouble) {
+  // The same one-channel contract as in NCHW (x {1, 3} -> xhat {-1, 1}), over two channels interleaved.
+  OpTester("BatchNormalizationGrad", kTraindTrainingVersion, kTraindTrainingDomain)
+      .AddAttribute("epsilon", 0.0f)
+      .AddAttribute("channels_last", int64_t{1})
+      .AddInput<double>("dy", {2, 1, 1, 2}, {2, 1, 2, 0})
+      .AddInput<double>("x", {2, 1, 1, 2}, {1, 10, 3, 30})
+      .AddInput<double>("scale", {2}, {5, 1})
+      .AddOutput<double>("dx", {2, 1, 1, 2}, {0, 0, 0, 0})
+      .AddOutput<double>("dscale", {2}, {0, -1})
+      .AddOutput<double>("db", {2}, {4, 1})
+      .SetTolerance(1e-12, 1e-12)
+      .Run();
+}
+
 TEST(NormalizationGradTest, RefusesAScaleOfTheWrongSize) {
   for (const char* op : {"BatchNormalizationGrad", "LayerNormalizationGrad"}) {
     auto result = OpTester(op, kTraindTrainingVersion, kTraindTrainingDomain)

@@ -316,6 +316,139 @@ class BatchNormKernel final : public Kernel {
 };
 
 // ------------------------------------------------------------------------------------------------
+// ChannelsLastBatchNormalization (domain ai.traind.training): BatchNormalization (opset 15, spatial) of an input
+// that is [N, spatial..., C] in memory, made by the channels-last plan pass (engine/runtime/channels_last.h).
+// Attributes epsilon, momentum, training_mode as ONNX's.
+//
+// A channel's elements lie C apart, so both passes walk the input row by row ([.., C] rows of all channels) with the
+// channel as the vectorised inner loop. The statistics are summed per fixed block of rows (independent of the thread
+// count; row_statistics.h), shifted by the channel's first value, and the blocks added in order in double: the
+// result does not depend on how the blocks were spread over threads.
+
+class ChannelsLastBatchNormKernel final : public Kernel {
+ public:
+  explicit ChannelsLastBatchNormKernel(BatchNormAttributes attributes) : attributes_(attributes) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
+    const Tensor* params[4];
+    for (int i = 0; i < 4; ++i) {
+      TRAIND_ASSIGN_OR_RETURN(params[i], context.RequiredInput(i + 1));
+    }
+    if (x->rank() < 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ChannelsLastBatchNormalization: input must be [N, spatial..., C], got ", x->DebugString()));
+    }
+    const Tensor x_channels_first = x->Reshaped(ChannelsFirstShape(x->shape()));
+    TRAIND_ASSIGN_OR_RETURN(const BatchNormShape shape, CheckBatchNormInputs(x_channels_first, params, attributes_));
+    const int64_t channels = shape.features;
+    const int64_t rows = channels == 0 ? 0 : x->num_elements() / channels;
+    const float epsilon = attributes_.epsilon;
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "ChannelsLastBatchNormalization", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), x->shape()));
+      const T* in = x->data<T>();
+      T* out = y->mutable_data<T>();
+      const T* scale = params[0]->data<T>();
+      const T* bias = params[1]->data<T>();
+      const T* mean = params[2]->data<T>();
+      const T* var = params[3]->data<T>();
+      // y = ((x - center) - offset) * factor + bias per channel.
+      std::vector<T> centers(static_cast<size_t>(channels)), offsets(static_cast<size_t>(channels), T(0)),
+          factors(static_cast<size_t>(channels));
+      if (!attributes_.training) {
+        for (int64_t c = 0; c < channels; ++c) {
+          centers[c] = mean[c];
+          factors[c] = static_cast<T>(scale[c] / std::sqrt(static_cast<double>(var[c]) + epsilon));
+        }
+      } else {
+        TRAIND_ASSIGN_OR_RETURN(Tensor * running_mean, context.AllocateOutput(1, x->dtype(), params[2]->shape()));
+        TRAIND_ASSIGN_OR_RETURN(Tensor * running_var, context.AllocateOutput(2, x->dtype(), params[3]->shape()));
+        for (int64_t c = 0; c < channels; ++c) centers[c] = in[c];  // A value of each channel (rows > 0 here).
+        const int64_t rows_per_block = ChannelsLastRowsPerBlock(channels);
+        const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+        const double count = static_cast<double>(rows);
+        std::vector<double> partials(static_cast<size_t>(blocks * 2 * channels));
+        std::vector<double> sums(static_cast<size_t>(2 * channels));  // per channel: sum d, then sum d^2
+        auto sum_statistics = [&] {
+          std::fill(partials.begin(), partials.end(), 0.0);
+          context.threads().ParallelFor(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
+            for (int64_t block = block_begin; block < block_end; ++block) {
+              AddChannelsLastMoments<T>(in, nullptr, channels, block * rows_per_block,
+                                        std::min(rows, (block + 1) * rows_per_block), centers.data(),
+                                        partials.data() + block * 2 * channels);
+            }
+          });
+          std::fill(sums.begin(), sums.end(), 0.0);
+          for (int64_t block = 0; block < blocks; ++block) {
+            for (int64_t k = 0; k < 2 * channels; ++k) sums[k] += partials[block * 2 * channels + k];
+          }
+        };
+        sum_statistics();
+        // A first value far out in its channel (more than 2 standard deviations from the mean) would leave
+        // E[d^2] - E[d]^2 to cancel most of its bits: then once more, every channel centred on its mean.
+        bool center_far_out = false;
+        for (int64_t c = 0; c < channels; ++c) {
+          const double shifted_mean = sums[c] / count;
+          center_far_out = center_far_out || shifted_mean * shifted_mean >
+                                                 4.0 * std::max(0.0, sums[channels + c] / count - shifted_mean * shifted_mean);
+        }
+        if (center_far_out) {
+          for (int64_t c = 0; c < channels; ++c) {
+            centers[c] = static_cast<T>(static_cast<double>(centers[c]) + sums[c] / count);
+          }
+          sum_statistics();
+        }
+        T* running_mean_data = running_mean->mutable_data<T>();
+        T* running_var_data = running_var->mutable_data<T>();
+        const double momentum = attributes_.momentum;
+        for (int64_t c = 0; c < channels; ++c) {
+          const double sum = sums[c], sum_squares = sums[channels + c];
+          const double shifted_mean = sum / count;
+          const double batch_mean = shifted_mean + static_cast<double>(centers[c]);
+          const double batch_var = std::max(0.0, sum_squares / count - shifted_mean * shifted_mean);
+          running_mean_data[c] = static_cast<T>(mean[c] * momentum + batch_mean * (1.0 - momentum));
+          running_var_data[c] = static_cast<T>(var[c] * momentum + batch_var * (1.0 - momentum));
+          offsets[c] = static_cast<T>(shifted_mean);
+          factors[c] = static_cast<T>(scale[c] / std::sqrt(batch_var + epsilon));
+        }
+      }
+      const int64_t grain = std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, channels));
+      context.threads().ParallelFor(rows, grain, [&](int64_t b, int64_t e) {
+        // In 64-byte vectors of channels (as arrays, GCC re-checked the loop's bounds on every row).
+        typedef T Lanes __attribute__((vector_size(64)));
+        constexpr int64_t kLanes = 64 / sizeof(T);
+        const int64_t vector_channels = channels / kLanes * kLanes;
+        // Local copies: the stores below could alias the vectors' own pointers, which GCC would then reload.
+        const T* const center_data = centers.data();
+        const T* const offset_data = offsets.data();
+        const T* const factor_data = factors.data();
+        for (int64_t r = b; r < e; ++r) {
+          const T* src = in + r * channels;
+          T* dst = out + r * channels;
+          int64_t c = 0;
+          for (; c < vector_channels; c += kLanes) {
+            Lanes center, offset, factor, shift, value;
+            std::memcpy(&center, center_data + c, sizeof(center));
+            std::memcpy(&offset, offset_data + c, sizeof(offset));
+            std::memcpy(&factor, factor_data + c, sizeof(factor));
+            std::memcpy(&shift, bias + c, sizeof(shift));
+            std::memcpy(&value, src + c, sizeof(value));
+            const Lanes result = ((value - center) - offset) * factor + shift;
+            std::memcpy(dst + c, &result, sizeof(result));
+          }
+          for (; c < channels; ++c) dst[c] = ((src[c] - centers[c]) - offsets[c]) * factors[c] + bias[c];
+        }
+      });
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  BatchNormAttributes attributes_;
+};
+
+// ------------------------------------------------------------------------------------------------
 // InstanceNormalization
 
 class InstanceNormKernel final : public Kernel {
@@ -425,6 +558,22 @@ class LayerNormKernel final : public Kernel {
 absl::StatusOr<std::unique_ptr<Kernel>> CreateBatchNormalizationKernel(const KernelInit& init) {
   TRAIND_ASSIGN_OR_RETURN(BatchNormAttributes attributes, ParseBatchNormAttributes(init));
   return std::unique_ptr<Kernel>(new BatchNormKernel(attributes));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateChannelsLastBatchNormalizationKernel(const KernelInit& init) {
+  BatchNormAttributes attributes;
+  TRAIND_ASSIGN_OR_RETURN(attributes.epsilon, ParseNormEpsilon(init));
+  TRAIND_ASSIGN_OR_RETURN(attributes.momentum, init.GetFloat("momentum", 0.9f));
+  if (!std::isfinite(attributes.momentum)) return init.Error("attribute 'momentum' must be finite");
+  TRAIND_ASSIGN_OR_RETURN(const int64_t training_mode, init.GetInt("training_mode", 0));
+  if (training_mode != 0 && training_mode != 1) {
+    return init.Error(absl::StrCat("attribute 'training_mode' must be 0 or 1, got ", training_mode));
+  }
+  attributes.training = training_mode == 1;
+  if (!attributes.training && init.num_outputs() > 1) {
+    return init.Error("running_mean / running_var outputs need training_mode=1");
+  }
+  return std::unique_ptr<Kernel>(new ChannelsLastBatchNormKernel(attributes));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateInstanceNormalizationKernel(const KernelInit& init) {

@@ -1,5 +1,8 @@
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
+#include "engine/model/traind_schemas.h"
 #include "engine/testing/op_tester.h"
 #include "gtest/gtest.h"
 
@@ -78,6 +81,94 @@ TEST(BatchNormalizationTest, TrainingStatisticsStayAccurateForLargeMeansAndLongR
       .AddOutput<float>("running_var", {1}, {static_cast<float>(var)})
       .SetTolerance(1e-5, 1e-5)
       .Run();
+}
+
+// ChannelsLastBatchNormalization (X [N, H, W, C]) against the formulas in float64 per channel c = i % C, training
+// and inference mode: channel counts of one vector of lanes, one and a tail, and less than one; every third channel
+// near 5000 (a float E[x^2] - E[x]^2 would lose its variance).
+void ExpectChannelsLastBatchNormMatchesFloat64(int64_t channels) {
+  const int64_t kBatch = 2, kHeight = 29, kWidth = 33;
+  const int64_t rows = kBatch * kHeight * kWidth;
+  std::vector<float> x(rows * channels), scale(channels), bias(channels), mean_in(channels), var_in(channels);
+  for (int64_t i = 0; i < rows * channels; ++i) {
+    x[i] = (i % channels % 3 == 1 ? 5000.0f : 0.0f) + static_cast<float>((i * 7919) % 13) * 0.25f;
+  }
+  for (int64_t c = 0; c < channels; c += 3) x[c] += 3000.0f;  // a first value far out: the statistics' shift
+  for (int64_t c = 0; c < channels; ++c) {
+    scale[c] = 1.0f + 0.1f * static_cast<float>(c);
+    bias[c] = 0.5f - 0.05f * static_cast<float>(c);
+    mean_in[c] = 0.25f * static_cast<float>(c);
+    var_in[c] = 1.0f + 0.5f * static_cast<float>(c);
+  }
+  const double epsilon = 1e-5, momentum = 0.9;
+  std::vector<double> mean(channels, 0.0), var(channels, 0.0);
+  for (int64_t i = 0; i < rows * channels; ++i) mean[i % channels] += x[i] / static_cast<double>(rows);
+  for (int64_t i = 0; i < rows * channels; ++i) {
+    const double d = x[i] - mean[i % channels];
+    var[i % channels] += d * d / static_cast<double>(rows);
+  }
+  std::vector<float> y(x.size()), y_inference(x.size()), running_mean(channels), running_var(channels);
+  for (int64_t i = 0; i < rows * channels; ++i) {
+    const int64_t c = i % channels;
+    y[i] = static_cast<float>((x[i] - mean[c]) / std::sqrt(var[c] + epsilon) * scale[c] + bias[c]);
+    y_inference[i] = static_cast<float>((x[i] - mean_in[c]) / std::sqrt(var_in[c] + epsilon) * scale[c] + bias[c]);
+  }
+  for (int64_t c = 0; c < channels; ++c) {
+    running_mean[c] = static_cast<float>(mean_in[c] * momentum + mean[c] * (1 - momentum));
+    running_var[c] = static_cast<float>(var_in[c] * momentum + var[c] * (1 - momentum));
+  }
+  const std::vector<int64_t> shape = {kBatch, kHeight, kWidth, channels};
+  OpTester("ChannelsLastBatchNormalization", kTraindTrainingVersion, kTraindTrainingDomain)
+      .AddAttribute("epsilon", static_cast<float>(epsilon))
+      .AddAttribute("momentum", static_cast<float>(momentum))
+      .AddAttribute("training_mode", int64_t{1})
+      .AddInput<float>("x", shape, x)
+      .AddInput<float>("scale", {channels}, scale)
+      .AddInput<float>("b", {channels}, bias)
+      .AddInput<float>("mean", {channels}, mean_in)
+      .AddInput<float>("var", {channels}, var_in)
+      .AddOutput<float>("y", shape, y)
+      .AddOutput<float>("running_mean", {channels}, running_mean)
+      .AddOutput<float>("running_var", {channels}, running_var)
+      .SetTolerance(1e-5, 1e-4)
+      .Run();
+  OpTester("ChannelsLastBatchNormalization", kTraindTrainingVersion, kTraindTrainingDomain)
+      .AddAttribute("epsilon", static_cast<float>(epsilon))
+      .AddInput<float>("x", shape, x)
+      .AddInput<float>("scale", {channels}, scale)
+      .AddInput<float>("b", {channels}, bias)
+      .AddInput<float>("mean", {channels}, mean_in)
+      .AddInput<float>("var", {channels}, var_in)
+      .AddOutput<float>("y", shape, y_inference)
+      .SetTolerance(1e-5, 1e-4)
+      .Run();
+}
+
+TEST(BatchNormalizationTest, ChannelsLastMatchesFloat64) {
+  ExpectChannelsLastBatchNormMatchesFloat64(16);
+  ExpectChannelsLastBatchNormMatchesFloat64(21);
+  ExpectChannelsLastBatchNormMatchesFloat64(5);
+}
+
+TEST(BatchNormalizationTest, ChannelsLastRefusesWhatBatchNormalizationRefuses) {
+  auto code = [](OpTester& tester) { return tester.RunRaw().status().code(); };
+  OpTester wrong_scale("ChannelsLastBatchNormalization", kTraindTrainingVersion, kTraindTrainingDomain);
+  wrong_scale.AddInput<float>("x", {1, 2, 2, 3}, std::vector<float>(12, 1.0f))
+      .AddInput<float>("scale", {2}, {1, 1})
+      .AddInput<float>("b", {3}, {0, 0, 0})
+      .AddInput<float>("mean", {3}, {0, 0, 0})
+      .AddInput<float>("var", {3}, {1, 1, 1})
+      .AddOutput<float>("y", {1, 2, 2, 3}, std::vector<float>(12, 0.0f));
+  EXPECT_EQ(code(wrong_scale), absl::StatusCode::kInvalidArgument);
+  OpTester bad_mode("ChannelsLastBatchNormalization", kTraindTrainingVersion, kTraindTrainingDomain);
+  bad_mode.AddAttribute("training_mode", int64_t{2})
+      .AddInput<float>("x", {1, 1, 1, 1}, {1})
+      .AddInput<float>("scale", {1}, {1})
+      .AddInput<float>("b", {1}, {0})
+      .AddInput<float>("mean", {1}, {0})
+      .AddInput<float>("var", {1}, {1})
+      .AddOutput<float>("y", {1, 1, 1, 1}, {0});
+  EXPECT_EQ(code(bad_mode), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(BatchNormalizationTest, LegacyOpset6IsTestAndPerActivationStatistics) {

@@ -89,6 +89,75 @@ void ShiftedRowStatistics(const T* __restrict p, int64_t n, T* shift, double* sh
   *variance = std::max(0.0, var);
 }
 
+// Channels-last moments: rows [first, last) of a [rows, channels] matrix x (and dy, when given), per channel c with
+// d = x - shift[c]: moments[c] += sum d, moments[channels + c] += sum d^2 and, with dy, moments[2 * channels + c] +=
+// sum dy, moments[3 * channels + c] += sum dy * d. A channel's values lie `channels` apart, so the channels are the
+// vector lanes: 64-byte vectors of channels summed down the rows in T, flushed into the double moments every
+// kChannelsLastRowsPerFlush rows (each lane adds at most that many values in T).
+inline constexpr int64_t kChannelsLastRowsPerFlush = 64;
+
+// Rows per block for callers that split the rows into fixed blocks (independent of the thread count, so that adding
+// the blocks' moments in order is deterministic): about 16K elements, whole flushes.
+inline int64_t ChannelsLastRowsPerBlock(int64_t channels) {
+  const int64_t rows = 16384 / std::max<int64_t>(1, channels);
+  return std::max(kChannelsLastRowsPerFlush, rows / kChannelsLastRowsPerFlush * kChannelsLastRowsPerFlush);
+}
+
+template <typename T>
+void AddChannelsLastMoments(const T* __restrict x, const T* __restrict dy, int64_t channels, int64_t first,
+                            int64_t last, const T* __restrict shift, double* __restrict moments) {
+  for (; last - first > kChannelsLastRowsPerFlush; first += kChannelsLastRowsPerFlush) {
+    AddChannelsLastMoments(x, dy, channels, first, first + kChannelsLastRowsPerFlush, shift, moments);
+  }
+  typedef T Lanes __attribute__((vector_size(64)));
+  constexpr int64_t kLanes = 64 / sizeof(T);
+  const bool with_gradient = dy != nullptr;
+  int64_t c = 0;
+  for (; c + kLanes <= channels; c += kLanes) {
+    Lanes center, sum = {}, squares = {}, dy_sum = {}, dy_x_sum = {};
+    std::memcpy(&center, shift + c, sizeof(center));
+    for (int64_t r = first; r < last; ++r) {
+      Lanes value;
+      std::memcpy(&value, x + r * channels + c, sizeof(value));
+      const Lanes d = value - center;
+      sum += d;
+      squares += d * d;
+      if (with_gradient) {
+        Lanes g;
+        std::memcpy(&g, dy + r * channels + c, sizeof(g));
+        dy_sum += g;
+        dy_x_sum += g * d;
+      }
+    }
+    for (int64_t j = 0; j < kLanes; ++j) {
+      moments[c + j] += static_cast<double>(sum[j]);
+      moments[channels + c + j] += static_cast<double>(squares[j]);
+      if (with_gradient) {
+        moments[2 * channels + c + j] += static_cast<double>(dy_sum[j]);
+        moments[3 * channels + c + j] += static_cast<double>(dy_x_sum[j]);
+      }
+    }
+  }
+  for (; c < channels; ++c) {  // The channels past the last whole vector.
+    T sum = 0, squares = 0, dy_sum = 0, dy_x_sum = 0;
+    for (int64_t r = first; r < last; ++r) {
+      const T d = x[r * channels + c] - shift[c];
+      sum += d;
+      squares += d * d;
+      if (with_gradient) {
+        dy_sum += dy[r * channels + c];
+        dy_x_sum += dy[r * channels + c] * d;
+      }
+    }
+    moments[c] += static_cast<double>(sum);
+    moments[channels + c] += static_cast<double>(squares);
+    if (with_gradient) {
+      moments[2 * channels + c] += static_cast<double>(dy_sum);
+      moments[3 * channels + c] += static_cast<double>(dy_x_sum);
+    }
+  }
+}
+
 }  // namespace traind::engine
 
 #endif  // TRAIND_ENGINE_OPS_ROW_STATISTICS_H_

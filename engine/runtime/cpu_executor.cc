@@ -56,7 +56,7 @@ uint64_t RunRandomSeed(uint64_t session_seed, uint64_t run_index) {
   return session_seed != 0 ? Mix(session_seed ^ Mix(run_index)) : 0;
 }
 
-absl::Status RunNodeOnCpu(const PlannedNode& node, size_t node_index, std::vector<Tensor>& slots,
+absl::Status RunNodeOnCpu(const PlannedNode& node, std::vector<Tensor>& slots,
                           BufferPool& buffers, ThreadPool& threads, uint64_t run_seed,
                           absl::Span<const int> donated_positions) {
   absl::InlinedVector<const Tensor*, 8> node_inputs;
@@ -69,7 +69,7 @@ absl::Status RunNodeOnCpu(const PlannedNode& node, size_t node_index, std::vecto
   for (int slot : node.outputs) node_outputs.push_back(slot >= 0 ? &slots[slot] : nullptr);
   KernelContext context(node_inputs.data(), static_cast<int>(node_inputs.size()), node_outputs.data(),
                         static_cast<int>(node_outputs.size()), buffers, threads);
-  if (run_seed != 0) context.set_random_seed(Mix(run_seed + node_index) | 1);
+  if (run_seed != 0) context.set_random_seed(Mix(run_seed + node.random_stream) | 1);
   context.set_donated_inputs(donated_positions);
   absl::Status status;
   try {
@@ -160,7 +160,7 @@ absl::StatusOr<std::vector<Tensor>> CpuExecutor::RunWithOptions(const Plan& plan
       donated_here = absl::MakeConstSpan(donated_positions).subspan(next_donation, end - next_donation);
       next_donation = end;
     }
-    absl::Status status = RunNodeOnCpu(node, node_index, slots, *buffers_, threads_, run_seed, donated_here);
+    absl::Status status = RunNodeOnCpu(node, slots, *buffers_, threads_, run_seed, donated_here);
     if (profile_ != nullptr) {
       profile_->seconds_per_node[node_index] +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - node_start).count();

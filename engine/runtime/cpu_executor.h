@@ -51,7 +51,7 @@ uint64_t RunRandomSeed(uint64_t session_seed, uint64_t run_index);
 // Runs one node on the CPU over the run's slots: its kernel with pooled outputs, exceptions turned into errors
 // naming the node, every wanted output checked. `run_seed` from RunRandomSeed; `donated_positions` (ascending):
 // the node's inputs donated to it in this run (KernelContext::ReuseInputAsOutput), none by default.
-absl::Status RunNodeOnCpu(const PlannedNode& node, size_t node_index, std::vector<Tensor>& slots,
+absl::Status RunNodeOnCpu(const PlannedNode& node, std::vector<Tensor>& slots,
                           BufferPool& buffers, ThreadPool& threads, uint64_t run_seed,
                           absl::Span<const int> donated_positions = {});
 

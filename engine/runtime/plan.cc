@@ -17,6 +17,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/model/tensor_proto.h"
 #include "engine/model/traind_schemas.h"
+#include "engine/runtime/channels_last.h"
 #include "engine/runtime/fused_elementwise.h"
 #include "engine/runtime/transpose_folding.h"
 
@@ -49,6 +50,9 @@ absl::StatusOr<GraphValue> DescribeValue(const onnx::ValueInfoProto& info, int s
   return value;
 }
 
+// The newest default-domain opset the op list covers.
+constexpr int kNewestOnnxOpset = 17;
+
 class Compiler {
  public:
   Compiler(const onnx::ModelProto& model, const OpRegistry& registry, const CompileOptions& options)
@@ -67,6 +71,7 @@ class Compiler {
     plan_ = plan.get();
     TRAIND_RETURN_IF_ERROR(AddInitializersAndInputs());
     if (options_.fold_transposes) FoldTransposes();
+    if (options_.channels_last) ConvertToChannelsLast();
     TRAIND_ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder());
     for (int index : order) TRAIND_RETURN_IF_ERROR(AddNode(nodes_[index]));
     TRAIND_RETURN_IF_ERROR(AddOutputs());
@@ -128,6 +133,30 @@ class Compiler {
     if (FoldTransposesIntoProducts(nodes_, graph) > 0 && !opsets_.contains(kTraindTrainingDomain)) {
       opsets_[kTraindTrainingDomain] = kTraindTrainingVersion;
     }
+  }
+
+  // engine/runtime/channels_last.h: activations stay channels-last from one convolution to the next.
+  void ConvertToChannelsLast() {
+    ChannelsLastGraph graph;
+    for (const auto* infos : {&graph_.input(), &graph_.output(), &graph_.value_info()}) {
+      for (const auto& info : *infos) {
+        if (info.type().has_tensor_type() && info.type().tensor_type().has_shape()) {
+          graph.ranks.emplace(info.name(), info.type().tensor_type().shape().dim_size());
+        }
+      }
+    }
+    for (const auto& initializer : graph_.initializer()) graph.ranks.emplace(initializer.name(), initializer.dims_size());
+    for (const auto& output : graph_.output()) graph.outputs.insert(output.name());
+    // The Transposes, Gathers and Constant it adds are default-domain ops: a model that imports only traind's
+    // domain (a lone ConvGrad) gets the default domain at the newest opset for them; one older than 9 is left alone.
+    auto onnx_opset = opsets_.find("");
+    graph.onnx_opset = onnx_opset == opsets_.end() ? kNewestOnnxOpset : onnx_opset->second;
+    if (graph.onnx_opset < 9) return;
+    ChannelsLastResult result = engine::ConvertToChannelsLast(nodes_, graph);
+    if (result.converted_nodes == 0) return;
+    opsets_.try_emplace(kTraindTrainingDomain, kTraindTrainingVersion);
+    opsets_.try_emplace("", kNewestOnnxOpset);
+    size_aliases_ = std::move(result.same_size_as);
   }
 
   // Kahn's algorithm over node indices; refuses cycles and values with two producers.
@@ -204,6 +233,11 @@ class Compiler {
     PlannedNode planned;
     planned.label = NodeLabel(node, opset);
     planned.op_type = node.op_type();
+    // FNV-1a of the first output's name: stable across runs, processes and plan rewrites.
+    planned.random_stream = 14695981039346656037ull;
+    for (const char c : node.output_size() > 0 ? node.output(0) : node.name()) {
+      planned.random_stream = (planned.random_stream ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+    }
     if (opset < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(planned.label, ": domain '", node.domain(), "' is not imported"));
@@ -497,11 +531,15 @@ class Compiler {
       return CheckedMul(count, static_cast<int64_t>(ElementSize(*dtype)), &total) ? total
                                                                                     : std::numeric_limits<int64_t>::max();
     };
+    absl::flat_hash_map<std::string, int64_t> size_by_name;
     for (const auto* infos : {&graph_.input(), &graph_.output(), &graph_.value_info()}) {
-      for (const auto& info : *infos) {
-        auto it = slot_by_name_.find(info.name());
-        if (it != slot_by_name_.end() && bytes[it->second] < 0) bytes[it->second] = size_of(info.type());
-      }
+      for (const auto& info : *infos) size_by_name.try_emplace(info.name(), size_of(info.type()));
+    }
+    for (size_t slot = 0; slot < bytes.size(); ++slot) {
+      // A value the channels-last pass made has the size of the NCHW value it stands for.
+      auto alias = size_aliases_.find(plan_->slot_names[slot]);
+      auto size = size_by_name.find(alias == size_aliases_.end() ? plan_->slot_names[slot] : alias->second);
+      if (size != size_by_name.end()) bytes[slot] = size->second;
     }
     for (const auto& [slot, tensor] : plan_->constants) bytes[slot] = static_cast<int64_t>(tensor.byte_size());
     return bytes;
@@ -571,6 +609,7 @@ class Compiler {
   absl::flat_hash_map<std::string, int> slot_by_name_;
   Plan* plan_ = nullptr;
   int64_t prepared_bytes_ = 0;  // What kernels keep of the constants (PrepareConstants).
+  absl::flat_hash_map<std::string, std::string> size_aliases_;  // ChannelsLastResult::same_size_as
 };
 
 }  // namespace

@@ -31,6 +31,9 @@ struct PlannedNode {
   std::unique_ptr<Kernel> kernel;
   std::vector<int> inputs;   // Slot ids; -1 for an omitted optional input.
   std::vector<int> outputs;  // Slot ids; -1 for an unnamed (unwanted) output.
+  // Which stream of a run's random draws the node takes (Dropout with a session seed): a hash of its first output's
+  // name, so that rewrites of the plan (fusion, the channels-last pass's Transposes) leave every node its draws.
+  uint64_t random_stream = 0;
   // Slots whose last consumer is this node (and that are not graph outputs): the executor drops
   // them right after this node, returning their buffers to the pool for later nodes.
   std::vector<int> release_after;
@@ -83,6 +86,8 @@ struct CompileOptions {
   // elementwise fusion, only for plans the CPU executor runs: the GPU executor finds each planned node's NodeProto
   // in the model by its outputs, so its plans must keep the model's nodes.
   bool fold_transposes = true;
+  // Activations channels-last between convolutions (engine/runtime/channels_last.h); CPU plans only, as above.
+  bool channels_last = true;
 };
 
 // Builds a Plan from a model that LoadModel* accepted. Errors: kUnimplemented for ops (or opsets)

@@ -32,6 +32,9 @@ struct SessionOptions {
   // Added to the plan's peak in Create's check: memory the caller will hold while runs allocate (the previous
   // step's gradients of a training model).
   int64_t extra_resident_bytes = 0;
+  // CPU plans keep activations channels-last between convolutions (engine/runtime/channels_last.h). Off only to
+  // measure what that brings (train_bench --nochannels_last).
+  bool channels_last = true;
   // Makes the executor for the compiled plan of `model` (the validated model it was compiled from), e.g. the GPU
   // executor (engine/gpu/gpu_executor.h); unset: a CpuExecutor with the threads and seed above. `host_buffers` is
   // the pool bound to memory_budget (null without one) for what the executor allocates on the host. With a

@@ -173,6 +173,7 @@ absl::StatusOr<std::vector<Tensor>> OpTester::RunRaw() {
   // The GPU executor finds each node in the model by its outputs: its plans keep the model's nodes as they are.
   compile_options.fuse_elementwise = device_ == TestDevice::kCpu;
   compile_options.fold_transposes = device_ == TestDevice::kCpu;
+  compile_options.channels_last = device_ == TestDevice::kCpu && channels_last_;
   auto plan = Compile(model_, compile_options);
   if (!plan.ok()) return plan.status();
   std::vector<Tensor> feeds;
@@ -226,13 +227,22 @@ void OpTester::CompareDevices(double rtol, double atol) {
 }
 
 void OpTester::Run() {
-  auto outputs = RunRaw();
-  ASSERT_TRUE(outputs.ok()) << op_type_ << ": " << outputs.status();
-  ASSERT_EQ(outputs->size(), outputs_.size());
-  for (size_t i = 0; i < outputs_.size(); ++i) {
-    ExpectTensorNear(outputs_[i].tensor, (*outputs)[i], rtol_, atol_,
-                     absl::StrCat(op_type_, " output '", outputs_[i].name, "'"));
+  // Convolutions on the CPU run in the channels-last plan (what training graphs run) and in the NCHW one (what
+  // 1-D / 3-D convolutions and plans without the pass run): both must give the expected outputs.
+  const bool both_layouts = device_ == TestDevice::kCpu && (op_type_ == "Conv" || op_type_ == "ConvGrad");
+  for (const bool channels_last : {true, false}) {
+    if (!channels_last && !both_layouts) break;
+    channels_last_ = channels_last;
+    const std::string plan = both_layouts ? (channels_last ? " (channels-last plan)" : " (NCHW plan)") : "";
+    auto outputs = RunRaw();
+    ASSERT_TRUE(outputs.ok()) << op_type_ << plan << ": " << outputs.status();
+    ASSERT_EQ(outputs->size(), outputs_.size());
+    for (size_t i = 0; i < outputs_.size(); ++i) {
+      ExpectTensorNear(outputs_[i].tensor, (*outputs)[i], rtol_, atol_,
+                       absl::StrCat(op_type_, plan, " output '", outputs_[i].name, "'"));
+    }
   }
+  channels_last_ = true;
 }
 
 void ExpectTensorNear(const Tensor& expected, const Tensor& actual, double rtol, double atol,

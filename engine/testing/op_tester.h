@@ -108,6 +108,7 @@ class OpTester {
   double rtol_ = 1e-5;
   double atol_ = 1e-6;
   TestDevice device_ = TestDevice::kCpu;
+  bool channels_last_ = true;  // RunRaw on the CPU: the channels-last pass on (Run tries convolutions both ways).
   onnx::ModelProto model_;
 };
 

@@ -137,6 +137,7 @@ SessionOptions Module::session_options() const {
   session.threads = threads_.get();
   session.random_seed = options_.random_seed;
   session.memory_budget = budget_;
+  session.channels_last = options_.channels_last;
   if (gpu_stream_ != nullptr) {
     gpu::GpuExecutorOptions gpu_options;
     gpu_options.stream = gpu_stream_;

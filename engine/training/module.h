@@ -74,6 +74,8 @@ struct ModuleOptions {
   // peak (PlanMemory, from shape inference) cannot fit; a run refuses an allocation that does not fit before making
   // it. 0: unlimited.
   int64_t memory_budget_bytes = 0;
+  // SessionOptions::channels_last for this Module's plans (off only to measure what it brings).
+  bool channels_last = true;
 };
 
 namespace gpu {

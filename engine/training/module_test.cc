@@ -22,6 +22,7 @@
 #include "engine/model/external_tensor.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/tensor_proto.h"
+#include "engine/runtime/plan.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -184,10 +185,11 @@ struct Trainer {
   std::unique_ptr<Optimizer> optimizer;
 };
 
-std::unique_ptr<Trainer> MakeTrainer(const Artifacts& artifacts, float learning_rate) {
+std::unique_ptr<Trainer> MakeTrainer(const Artifacts& artifacts, float learning_rate,
+                                     const ModuleOptions& module_options = {}) {
   auto trainer = std::make_unique<Trainer>();
   trainer->state = artifacts.checkpoint;
-  absl::StatusOr<std::unique_ptr<Module>> module = Module::Create(artifacts, &trainer->state);
+  absl::StatusOr<std::unique_ptr<Module>> module = Module::Create(artifacts, &trainer->state, module_options);
   EXPECT_TRUE(module.ok()) << module.status();
   if (!module.ok()) return nullptr;
   trainer->module = *std::move(module);
@@ -296,6 +298,52 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // ---- Gradients ----
+
+// The convolution nets train alike with activations channels-last between their convolutions (the CPU default,
+// engine/runtime/channels_last.h) and in NCHW throughout: the same losses, running statistics and parameters after
+// AdamW steps, up to the rounding of sums taken in another order. (Both follow PyTorch: GoldenTrajectoryTest.)
+TEST(ModuleTest, ConvolutionNetsTrainAlikeChannelsLastAndNchw) {
+  for (const std::string name : {"cnn_bn_maxpool", "resnet_block"}) {
+    SCOPED_TRACE(name);
+    const GoldenCase golden = Case(name);
+    const Artifacts artifacts = MakeArtifacts(golden, GoldenAdamW());
+    // The pass does rewrite these training graphs.
+    absl::StatusOr<std::shared_ptr<const Plan>> plan = Compile(artifacts.training_model);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    int channels_last_convolutions = 0;
+    for (const PlannedNode& node : (*plan)->nodes) channels_last_convolutions += node.op_type == "ChannelsLastConv";
+    EXPECT_GT(channels_last_convolutions, 0);
+
+    ModuleOptions nchw;
+    nchw.channels_last = false;
+    auto channels_last_trainer = MakeTrainer(artifacts, kGoldenAdamWLearningRate);
+    // Artifacts of their own: a CheckpointState copy shares its tensors' buffers, which the optimizer updates.
+    auto nchw_trainer = MakeTrainer(MakeArtifacts(golden, GoldenAdamW()), kGoldenAdamWLearningRate, nchw);
+    ASSERT_NE(channels_last_trainer, nullptr);
+    ASSERT_NE(nchw_trainer, nullptr);
+    const NamedTensors batch = ReadBatch(name);
+    for (int step = 0; step < 4; ++step) {
+      const float a = TrainingIteration(*channels_last_trainer, batch);
+      const float b = TrainingIteration(*nchw_trainer, batch);
+      EXPECT_NEAR(a, b, 1e-5 * std::fabs(b)) << "step " << step;
+    }
+    const auto& parameters = nchw_trainer->state.parameters;
+    ASSERT_EQ(channels_last_trainer->state.parameters.size(), parameters.size());
+    for (size_t p = 0; p < parameters.size(); ++p) {
+      const Tensor& expected = parameters[p].data;
+      const Tensor& actual = channels_last_trainer->state.parameters[p].data;
+      ASSERT_EQ(actual.shape(), expected.shape()) << parameters[p].name;
+      double largest = 0;
+      for (int64_t i = 0; i < expected.num_elements(); ++i) {
+        largest = std::max(largest, std::fabs(double{expected.data<float>()[i]}));
+      }
+      for (int64_t i = 0; i < expected.num_elements(); ++i) {
+        ASSERT_NEAR(actual.data<float>()[i], expected.data<float>()[i], 1e-5 * std::max(largest, 1.0))
+            << parameters[p].name << "[" << i << "]";
+      }
+    }
+  }
+}
 
 TEST(ModuleTest, GradientsAccumulateAcrossTrainStepsUntilLazyReset) {
   const Artifacts artifacts = MakeArtifacts(Case("mlp"), GoldenAdamW());
