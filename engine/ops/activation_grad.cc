@@ -1,6 +1,7 @@
 // Fused activation gradients (domain ai.traind.training), one pass each instead of a chain of standard ops with
 // a temporary per step:
-//   ReluGrad(dY, X) -> dX = dY where X > 0, else 0        (was Greater -> Cast -> Mul)
+//   ReluGrad(dY, X) -> dX = dY where X > 0, else 0        (was Greater -> Cast -> Mul; X: Relu's input or,
+//                                                          as the gradient rule passes it, its output)
 //   ErfGrad(dY, X)  -> dX = dY * 2/sqrt(pi) * exp(-X^2)   (was Mul -> Neg -> Exp -> Mul -> Mul)
 //   GeluGrad(dY, X) -> dX = dY * (Phi(X) + X * phi(X))    (the whole backward of exact GELU, which the gradient
 //                                                          builder recognises in its exported decomposition)
@@ -104,6 +105,8 @@ class ElementwiseGradKernel final : public Kernel {
 
 class ReluGradKernel final : public Kernel {
  public:
+  const ElementwiseFloatFn* elementwise_float() const override { return &fn_; }
+
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
@@ -120,6 +123,24 @@ class ReluGradKernel final : public Kernel {
       return absl::OkStatus();
     });
   }
+
+ private:
+  // ReluGradRange's select for the fusion (a broadcast operand is one value for every position).
+  class Fn final : public ElementwiseFloatFn {
+   public:
+    int arity() const override { return 2; }
+    void Apply(const float* const* inputs, const bool* broadcast, int64_t n, float* out) const override {
+      if (!broadcast[0] && !broadcast[1]) {
+        ReluGradRange(inputs[0], inputs[1], out, n);
+        return;
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        const float g = inputs[0][broadcast[0] ? 0 : i];
+        out[i] = inputs[1][broadcast[1] ? 0 : i] > 0.0f ? g : 0.0f;
+      }
+    }
+  };
+  Fn fn_;
 };
 
 }  // namespace

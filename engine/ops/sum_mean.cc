@@ -14,7 +14,10 @@ namespace {
 
 class SumMeanKernel final : public Kernel {
  public:
-  SumMeanKernel(const char* name, bool mean) : name_(name), mean_(mean) {}
+  SumMeanKernel(const char* name, bool mean, int num_inputs) : name_(name), mean_(mean), fn_(mean, num_inputs) {}
+
+  // Two or more inputs (one is an alias of it, nothing to fuse).
+  const ElementwiseFloatFn* elementwise_float() const override { return fn_.arity() >= 2 ? &fn_ : nullptr; }
 
   absl::Status Compute(KernelContext& context) const override {
     std::vector<const Tensor*> inputs;
@@ -56,18 +59,42 @@ class SumMeanKernel final : public Kernel {
   }
 
  private:
+  // Compute's sums for the fusion: in0 + in1, then + in2, ..., then / count for Mean, in that order.
+  class Fn final : public ElementwiseFloatFn {
+   public:
+    Fn(bool mean, int arity) : mean_(mean), arity_(arity) {}
+    int arity() const override { return arity_; }
+    void Apply(const float* const* inputs, const bool* broadcast, int64_t n, float* out) const override {
+      BinaryRow(inputs[0], broadcast[0] ? 0 : 1, inputs[1], broadcast[1] ? 0 : 1, out, n,
+                [](float a, float b) { return a + b; });
+      for (int k = 2; k < arity_; ++k) {
+        BinaryRow(static_cast<const float*>(out), 1, inputs[k], broadcast[k] ? 0 : 1, out, n,
+                  [](float a, float b) { return a + b; });
+      }
+      if (mean_) {
+        const float count = static_cast<float>(arity_);
+        for (int64_t i = 0; i < n; ++i) out[i] /= count;
+      }
+    }
+
+   private:
+    bool mean_;
+    int arity_;
+  };
+
   const char* name_;
   bool mean_;
+  Fn fn_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreateSumKernel(const KernelInit&) {
-  return std::unique_ptr<Kernel>(new SumMeanKernel("Sum", /*mean=*/false));
+absl::StatusOr<std::unique_ptr<Kernel>> CreateSumKernel(const KernelInit& init) {
+  return std::unique_ptr<Kernel>(new SumMeanKernel("Sum", /*mean=*/false, init.num_inputs()));
 }
 
-absl::StatusOr<std::unique_ptr<Kernel>> CreateMeanKernel(const KernelInit&) {
-  return std::unique_ptr<Kernel>(new SumMeanKernel("Mean", /*mean=*/true));
+absl::StatusOr<std::unique_ptr<Kernel>> CreateMeanKernel(const KernelInit& init) {
+  return std::unique_ptr<Kernel>(new SumMeanKernel("Mean", /*mean=*/true, init.num_inputs()));
 }
 
 // Sum: each input receives dy, summed back over the dims it was broadcast along.

@@ -134,8 +134,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateSeluKernel(const KernelInit& init)
 // dx = dy where x > 0, else 0.
 absl::Status ReluGradient(GradientRuleContext& g) {
   if (!g.NeedsGI(0)) return absl::OkStatus();
-  // One fused pass (engine/ops/activation_grad.cc): dx = x > 0 ? dy : 0.
-  g.Emit("ReluGrad", {g.GO(0), g.I(0)}, {g.GI(0)})->set_domain(kTraindTrainingDomain);
+  // One fused pass (engine/ops/activation_grad.cc): dx = x > 0 ? dy : 0, read off Relu's output y (y > 0 exactly
+  // where x > 0), as PyTorch does: x then has no reader in the backward pass, so it is freed after the forward
+  // Relu, and an elementwise x (a residual Add) fuses into the Relu.
+  g.Emit("ReluGrad", {g.GO(0), g.O(0)}, {g.GI(0)})->set_domain(kTraindTrainingDomain);
   return absl::OkStatus();
 }
 

@@ -357,6 +357,11 @@ class ChannelsLastPass {
 
 }  // namespace
 
+bool IsChannelsLastValue(const std::string& name) {
+  const size_t suffix = sizeof(kChannelsLastSuffix) - 1;
+  return name.size() > suffix && name.compare(name.size() - suffix, suffix, kChannelsLastSuffix) == 0;
+}
+
 ChannelsLastResult ConvertToChannelsLast(std::vector<onnx::NodeProto>& nodes, const ChannelsLastGraph& graph) {
   return ChannelsLastPass(nodes, graph).Run();
 }

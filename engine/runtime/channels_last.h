@@ -43,6 +43,10 @@ struct ChannelsLastResult {
   absl::flat_hash_map<std::string, std::string> same_size_as;
 };
 
+// Whether `name` is a value the pass made channels-last ("<name>/channels_last"): its dims are the NCHW value's
+// with the channel axis moved last.
+bool IsChannelsLastValue(const std::string& name);
+
 // Rewrites `nodes` in place as above. Nodes it makes are in the ai.traind.training domain, which the caller then
 // imports. A graph without a rank-4 Conv or ConvGrad is left as it is.
 ChannelsLastResult ConvertToChannelsLast(std::vector<onnx::NodeProto>& nodes, const ChannelsLastGraph& graph);

@@ -467,17 +467,23 @@ class Compiler {
   // Dtype and dims of every slot whose type shape inference (or the graph, or a constant) states fully.
   std::vector<std::optional<GraphValue>> StaticSlotTypes() const {
     std::vector<std::optional<GraphValue>> types(plan_->slot_names.size());
+    absl::flat_hash_map<std::string, const onnx::ValueInfoProto*> info_by_name;
     for (const auto* infos : {&graph_.input(), &graph_.output(), &graph_.value_info()}) {
-      for (const auto& info : *infos) {
-        auto it = slot_by_name_.find(info.name());
-        if (it == slot_by_name_.end() || types[it->second].has_value()) continue;
-        absl::StatusOr<GraphValue> value = DescribeValue(info, it->second);
-        if (!value.ok() || !value->has_shape ||
-            std::any_of(value->dims.begin(), value->dims.end(), [](int64_t d) { return d < 0; })) {
-          continue;
-        }
-        types[it->second] = *std::move(value);
+      for (const auto& info : *infos) info_by_name.try_emplace(info.name(), &info);
+    }
+    for (size_t slot = 0; slot < types.size(); ++slot) {
+      const std::string& name = plan_->slot_names[slot];
+      // A value the channels-last pass made: the type of the NCHW value it stands for, dims channels-last.
+      auto alias = size_aliases_.find(name);
+      auto info = info_by_name.find(alias == size_aliases_.end() ? name : alias->second);
+      if (info == info_by_name.end()) continue;
+      absl::StatusOr<GraphValue> value = DescribeValue(*info->second, static_cast<int>(slot));
+      if (!value.ok() || !value->has_shape ||
+          std::any_of(value->dims.begin(), value->dims.end(), [](int64_t d) { return d < 0; })) {
+        continue;
       }
+      if (alias != size_aliases_.end() && IsChannelsLastValue(name)) value->dims = ChannelsLastShape(value->dims);
+      types[slot] = *std::move(value);
     }
     for (const auto& [slot, tensor] : plan_->constants) {
       GraphValue value;

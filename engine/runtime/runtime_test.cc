@@ -1,8 +1,10 @@
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
 
+#include "engine/model/traind_schemas.h"
 #include "engine/runtime/cpu_executor.h"
 #include "engine/runtime/plan.h"
 #include "engine/runtime/session.h"
@@ -294,6 +296,77 @@ TEST(RuntimeTest, ElementwiseChainsFuseIntoOneNodeWithBitwiseEqualResults) {
   const float* y = (*fused_outputs)[0].second.data<float>();
   EXPECT_NEAR(y[1], x[1] * 0.5 * (1 + std::erf(x[1] / std::sqrt(2.0))), 1e-6);
   EXPECT_TRUE(std::isnan(y[6]));
+}
+
+// A residual block's backward: dx = ReluGrad(Sum(a, b, c), y) and z = Relu(Mean(a, s)) with s a scalar: Sum,
+// Mean and ReluGrad fuse as the binary ops do, bitwise equal to the unfused plan (NaN, zeros, negative zero).
+TEST(RuntimeTest, SumMeanAndReluGradFuseWithBitwiseEqualResults) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  auto* traind_opset = model.add_opset_import();
+  traind_opset->set_domain(kTraindTrainingDomain);
+  traind_opset->set_version(kTraindTrainingVersion);
+  auto* graph = model.mutable_graph();
+  auto add_static = [](onnx::ValueInfoProto* info, const std::string& name, std::vector<int64_t> dims) {
+    info->set_name(name);
+    auto* type = info->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t dim : dims) type->mutable_shape()->add_dim()->set_dim_value(dim);
+  };
+  for (const char* name : {"a", "b", "c", "y"}) add_static(graph->add_input(), name, {3, 1500});
+  add_static(graph->add_input(), "s", {1});
+  add_static(graph->add_output(), "dx", {3, 1500});
+  add_static(graph->add_output(), "z", {3, 1500});
+  add_static(graph->add_value_info(), "summed", {3, 1500});
+  add_static(graph->add_value_info(), "mean", {3, 1500});
+  AddNode(graph, "Sum", {"a", "b", "c"}, "summed");
+  AddNode(graph, "ReluGrad", {"summed", "y"}, "dx");
+  graph->mutable_node(1)->set_domain(kTraindTrainingDomain);
+  AddNode(graph, "Mean", {"a", "s"}, "mean");
+  AddNode(graph, "Relu", {"mean"}, "z");
+  CompileOptions unfused_options;
+  unfused_options.fuse_elementwise = false;
+  auto fused = Compile(model);
+  auto unfused = Compile(model, unfused_options);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_TRUE(unfused.ok()) << unfused.status();
+  std::vector<std::string> op_types;
+  for (const PlannedNode& node : (*fused)->nodes) op_types.push_back(node.op_type);
+  EXPECT_EQ(op_types, (std::vector<std::string>{"Fused(Sum+ReluGrad)", "Fused(Mean+Relu)"}));
+
+  std::vector<float> a(4500), b(4500), c(4500), y(4500);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+    b[i] = std::cos(0.11f * static_cast<float>(i)) * 1e-3f;
+    c[i] = static_cast<float>(i % 7) - 3.0f;
+    y[i] = i % 5 == 0 ? 0.0f : std::sin(0.05f * static_cast<float>(i));
+  }
+  a[4] = std::numeric_limits<float>::quiet_NaN();
+  y[8] = -0.0f;
+  y[9] = std::numeric_limits<float>::quiet_NaN();
+  const NamedTensors inputs = {{"a", *Tensor::FromVector<float>({3, 1500}, a)},
+                               {"b", *Tensor::FromVector<float>({3, 1500}, b)},
+                               {"c", *Tensor::FromVector<float>({3, 1500}, c)},
+                               {"y", *Tensor::FromVector<float>({3, 1500}, y)},
+                               {"s", *Tensor::FromVector<float>({1}, {0.25f})}};
+  ThreadPool threads(3);
+  Session fused_session(*fused, std::make_unique<CpuExecutor>(&threads));
+  Session unfused_session(*unfused, std::make_unique<CpuExecutor>(&threads));
+  auto fused_outputs = fused_session.Run(inputs);
+  auto unfused_outputs = unfused_session.Run(inputs);
+  ASSERT_TRUE(fused_outputs.ok()) << fused_outputs.status();
+  ASSERT_TRUE(unfused_outputs.ok()) << unfused_outputs.status();
+  for (int output = 0; output < 2; ++output) {
+    const Tensor& fused_value = (*fused_outputs)[output].second;
+    const Tensor& unfused_value = (*unfused_outputs)[output].second;
+    ASSERT_EQ(fused_value.shape(), unfused_value.shape());
+    EXPECT_EQ(std::memcmp(fused_value.raw_data(), unfused_value.raw_data(), fused_value.byte_size()), 0)
+        << "output " << output;
+  }
+  const float* dx = (*fused_outputs)[0].second.data<float>();
+  EXPECT_EQ(dx[1], y[1] > 0 ? a[1] + b[1] + c[1] : 0.0f);
+  EXPECT_EQ((*fused_outputs)[1].second.data<float>()[2], std::max(0.0f, (a[2] + 0.25f) / 2.0f));
 }
 
 TEST(RuntimeTest, AValueReadTwiceOrReturnedIsNotFusedAway) {
