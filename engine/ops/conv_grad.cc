@@ -53,8 +53,9 @@ class ConvGradKernel final : public Kernel {
     Tensor dy_channels_first, x_channels_first;
     if (channels_last_) {
       if (x->rank() < 3 || x->rank() > 5 || dy->rank() != x->rank()) {
-        return absl::InvalidArgumentError(absl::StrCat("ConvGrad (channels_last): dY ", dy->DebugString(), " and X ",
-                                                       x->DebugString(), " must be [N, spatial..., C], 1-3 spatial dims"));
+        return absl::InvalidArgumentError(absl::StrCat("ConvGrad (channels_last): dY ", dy->DebugString(),
+                                                       " and X ", x->DebugString(),
+                                                       " must be [N, spatial..., C], 1-3 spatial dims"));
       }
       dy_channels_first = dy->Reshaped(ChannelsFirstShape(dy->shape()));
       x_channels_first = x->Reshaped(ChannelsFirstShape(x->shape()));

@@ -115,6 +115,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> CreateConvGradGpuKernel(const GpuKern
   TRAIND_RETURN_IF_ERROR(RequireFloat32(init, {0, 1, 2}));
   TRAIND_ASSIGN_OR_RETURN(SpatialAttributes attributes, SpatialAttributes::Parse(init, /*allow_dilations=*/true));
   if (attributes.kernel_shape.size() > 2) return init.Unsupported("3 spatial dims");
+  TRAIND_ASSIGN_OR_RETURN(const int64_t channels_last, init.GetInt("channels_last", 0));
+  if (channels_last != 0) return init.Unsupported("channels-last activations (CPU plans only)");
   TRAIND_ASSIGN_OR_RETURN(const int64_t group, ParseConvGroup(init));
   TRAIND_ASSIGN_OR_RETURN(ClKernel im2col, init.Kernel("conv_ops.cl", "im2col_f32"));
   TRAIND_ASSIGN_OR_RETURN(ClKernel col2im, init.Kernel("conv_grad.cl", "col2im_f32"));

@@ -46,6 +46,26 @@ TEST(ConvGpuTest, ConvolutionsMatchTheCpu) {
   }
 }
 
+// The gradient kernels' channels-last form (the CPU plans' pass makes it) has no GPU kernel: it stays on the CPU
+// instead of being read as NCHW.
+TEST(ConvGpuTest, ChannelsLastGradientsStayOnTheCpu) {
+  TRAIND_REQUIRE_GPU();
+  OpTester conv_grad("ConvGrad", kTraindTrainingVersion, kTraindTrainingDomain);
+  conv_grad.AddAttribute("channels_last", int64_t{1}).OnDevice(testing::TestDevice::kGpu);
+  conv_grad.AddInputTensor("dy", RandomTensor({1, 4, 4, 2}, -1, 1, 4));
+  conv_grad.AddInputTensor("x", RandomTensor({1, 4, 4, 3}, -1, 1, 1));
+  conv_grad.AddInputTensor("w", RandomTensor({2, 3, 1, 1}, -1, 1, 2));
+  conv_grad.AddOutputShape("dx", DataType::kFloat32, {1, 4, 4, 3});
+  EXPECT_EQ(conv_grad.RunRaw().status().code(), absl::StatusCode::kFailedPrecondition);
+  OpTester norm_grad("BatchNormalizationGrad", kTraindTrainingVersion, kTraindTrainingDomain);
+  norm_grad.AddAttribute("channels_last", int64_t{1}).OnDevice(testing::TestDevice::kGpu);
+  norm_grad.AddInputTensor("dy", RandomTensor({2, 2, 2, 3}, -1, 1, 4));
+  norm_grad.AddInputTensor("x", RandomTensor({2, 2, 2, 3}, -1, 1, 1));
+  norm_grad.AddInputTensor("scale", RandomTensor({3}, -1, 1, 2));
+  norm_grad.AddOutputShape("dx", DataType::kFloat32, {2, 2, 2, 3});
+  EXPECT_EQ(norm_grad.RunRaw().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(ConvGpuTest, ConvGradMatchesTheCpu) {
   TRAIND_REQUIRE_GPU();
   for (const ConvCase& c : ConvCases()) {

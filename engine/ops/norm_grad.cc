@@ -288,8 +288,8 @@ class BatchNormGradKernel final : public Kernel {
     std::vector<double> partials(static_cast<size_t>(blocks * 4 * channels), 0.0);
     context.threads().ParallelFor(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
       for (int64_t block = block_begin; block < block_end; ++block) {
-        AddChannelsLastMoments(in, grad, channels, block * rows_per_block, std::min(count, (block + 1) * rows_per_block),
-                               shifts, partials.data() + block * 4 * channels);
+        const int64_t first = block * rows_per_block, last = std::min(count, first + rows_per_block);
+        AddChannelsLastMoments(in, grad, channels, first, last, shifts, partials.data() + block * 4 * channels);
       }
     });
     for (int64_t block = 0; block < blocks; ++block) {

@@ -73,6 +73,8 @@ class LayerNormGradGpuKernel final : public GpuKernel {
 absl::StatusOr<std::unique_ptr<GpuKernel>> CreateBatchNormalizationGradGpuKernel(const GpuKernelInit& init) {
   TRAIND_RETURN_IF_ERROR(RequireFloat32(init, {0, 1, 2}));
   TRAIND_ASSIGN_OR_RETURN(const float epsilon, ParseNormEpsilon(init));
+  TRAIND_ASSIGN_OR_RETURN(const int64_t channels_last, init.GetInt("channels_last", 0));
+  if (channels_last != 0) return init.Unsupported("channels-last activations (CPU plans only)");
   TRAIND_ASSIGN_OR_RETURN(ClKernel kernel, init.Kernel("norm_grad.cl", "batch_norm_grad_f32"));
   return MakeGpuKernel<BatchNormGradGpuKernel>(epsilon, std::move(kernel));
 }

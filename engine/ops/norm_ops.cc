@@ -390,8 +390,8 @@ class ChannelsLastBatchNormKernel final : public Kernel {
         bool center_far_out = false;
         for (int64_t c = 0; c < channels; ++c) {
           const double shifted_mean = sums[c] / count;
-          center_far_out = center_far_out || shifted_mean * shifted_mean >
-                                                 4.0 * std::max(0.0, sums[channels + c] / count - shifted_mean * shifted_mean);
+          const double variance = std::max(0.0, sums[channels + c] / count - shifted_mean * shifted_mean);
+          center_far_out = center_far_out || shifted_mean * shifted_mean > 4.0 * variance;
         }
         if (center_far_out) {
           for (int64_t c = 0; c < channels; ++c) {

@@ -79,7 +79,9 @@ onnx::ModelProto ResidualModel() {
 
 Tensor Values(const Shape& shape, float scale, float offset = 0.0f) {
   std::vector<float> values(DimProduct(shape, 0, shape.size()));
-  for (size_t i = 0; i < values.size(); ++i) values[i] = offset + scale * std::sin(0.7f * static_cast<float>(i) + scale);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = offset + scale * std::sin(0.7f * static_cast<float>(i) + scale);
+  }
   return *Tensor::FromVector<float>(shape, values);
 }
 

@@ -145,7 +145,9 @@ class Compiler {
         }
       }
     }
-    for (const auto& initializer : graph_.initializer()) graph.ranks.emplace(initializer.name(), initializer.dims_size());
+    for (const auto& initializer : graph_.initializer()) {
+      graph.ranks.emplace(initializer.name(), initializer.dims_size());
+    }
     for (const auto& output : graph_.output()) graph.outputs.insert(output.name());
     // The Transposes, Gathers and Constant it adds are default-domain ops: a model that imports only traind's
     // domain (a lone ConvGrad) gets the default domain at the newest opset for them; one older than 9 is left alone.
