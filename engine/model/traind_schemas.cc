@@ -188,8 +188,28 @@ onnx::OpSchema MaxPoolGradSchema() {
       .Attr("ceil_mode", "As MaxPool's.", onnx::AttributeProto::INT, static_cast<int64_t>(0))
       .Attr("storage_order", "As MaxPool's (does not change the gradient).", onnx::AttributeProto::INT,
             static_cast<int64_t>(0))
+      .Attr("channels_last", "1: dY, X and dX are [N, H, W, C] (the channels-last plan pass).",
+            onnx::AttributeProto::INT, static_cast<int64_t>(0))
       .TypeConstraint("T", {"tensor(float)", "tensor(double)"}, "Floating point.")
       .TypeAndShapeInferenceFunction([](onnx::InferenceContext& ctx) { GradientLikeInput(ctx, 1, 0); });
+  return WindowAttributes(schema);
+}
+
+onnx::OpSchema ChannelsLastMaxPoolSchema() {
+  onnx::OpSchema schema;
+  schema.SetName("ChannelsLastMaxPool")
+      .SetDomain(kTraindTrainingDomain)
+      .SinceVersion(kTraindTrainingVersion)
+      .SetDoc("MaxPool's Y of a channels-last X [N, H, W, C]: Y [N, OH, OW, C] (2-D windows, no Indices output).")
+      .Input(0, "X", "Input, channels-last.", "T")
+      .Output(0, "Y", "Output, channels-last.", "T")
+      .Attr("ceil_mode", "As MaxPool's.", onnx::AttributeProto::INT, static_cast<int64_t>(0))
+      .Attr("storage_order", "As MaxPool's (Y does not depend on it).", onnx::AttributeProto::INT,
+            static_cast<int64_t>(0))
+      .TypeConstraint("T", {"tensor(float)", "tensor(double)"}, "Floating point.")
+      .TypeAndShapeInferenceFunction([](onnx::InferenceContext& ctx) {
+        onnx::propagateElemTypeFromInputToOutput(ctx, 0, 0);
+      });
   return WindowAttributes(schema);
 }
 
@@ -358,7 +378,7 @@ const std::vector<SchemaFactory>& Schemas() {
       ConvGradSchema, MaxPoolGradSchema, BatchNormalizationGradSchema, LayerNormalizationGradSchema, ReluGradSchema,
       ErfGradSchema, GeluGradSchema,
       // The channels-last plan pass's forward ops:
-      ChannelsLastConvSchema, ChannelsLastBatchNormalizationSchema,
+      ChannelsLastConvSchema, ChannelsLastBatchNormalizationSchema, ChannelsLastMaxPoolSchema,
       // Products:
       FusedMatMulSchema,
       // Optimizers and gradient accumulation:

@@ -131,11 +131,14 @@ void MaxPoolBackwardPlane(const Window3& w, const TapTable& taps, const T* x, co
 
 class MaxPoolGradKernel final : public Kernel {
  public:
-  explicit MaxPoolGradKernel(PoolAttributes attributes) : attributes_(std::move(attributes)) {}
+  // `channels_last`: dY, X and dX are [N, H, W, C] in memory (the channels-last plan pass), 2-D windows only.
+  MaxPoolGradKernel(PoolAttributes attributes, bool channels_last)
+      : attributes_(std::move(attributes)), channels_last_(channels_last) {}
 
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(1));
+    if (channels_last_) return ComputeChannelsLast(context, *dy, *x);
     TRAIND_ASSIGN_OR_RETURN(const PoolShape shape, CheckMaxPoolGradInputs(*dy, *x, attributes_));
     if (shape.window.rank() > 3) return absl::UnimplementedError("MaxPoolGrad: more than 3 spatial dims");
     const WindowGeometry& geometry = shape.window;
@@ -163,14 +166,58 @@ class MaxPoolGradKernel final : public Kernel {
   }
 
  private:
+  // Each dY element added to the input element its window's first maximum came from, per image (one thread per
+  // image: overlapping windows add to the same elements).
+  absl::Status ComputeChannelsLast(KernelContext& context, const Tensor& dy, const Tensor& x) const {
+    if (x.rank() != 4 || dy.rank() != 4) {
+      return absl::InvalidArgumentError(absl::StrCat("MaxPoolGrad (channels_last): dY ", dy.DebugString(), " and X ",
+                                                     x.DebugString(), " must be [N, H, W, C]"));
+    }
+    const Tensor dy_channels_first = dy.Reshaped(ChannelsFirstShape(dy.shape()));
+    const Tensor x_channels_first = x.Reshaped(ChannelsFirstShape(x.shape()));
+    TRAIND_ASSIGN_OR_RETURN(const PoolShape shape, CheckMaxPoolGradInputs(dy_channels_first, x_channels_first, attributes_));
+    const Window3 window(shape.window);
+    const int64_t batch = x.dim(0), channels = x.dim(3);
+    const int64_t in_size = window.input_size() * channels, out_size = window.output_size() * channels;
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x.dtype(), "MaxPoolGrad", [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      TRAIND_ASSIGN_OR_RETURN(Tensor * dx, context.AllocateOutput(0, x.dtype(), x.shape()));
+      const T* in = x.data<T>();
+      const T* grad = dy.data<T>();
+      T* out = dx->mutable_data<T>();
+      context.threads().ParallelFor(batch, 1, [&](int64_t begin, int64_t end) {
+        std::vector<T> best(static_cast<size_t>(channels));
+        std::vector<int64_t> best_offsets(static_cast<size_t>(channels));
+        for (int64_t n = begin; n < end; ++n) {
+          T* image_dx = out + n * in_size;
+          std::fill_n(image_dx, in_size, T(0));
+          const T* image_dy = grad + n * out_size;
+          ChannelsLastMaxWindows<T>(window, channels, in + n * in_size, best.data(), best_offsets.data(),
+                                    [&](int64_t position, const T*, const int64_t* offsets) {
+                                      const T* g = image_dy + position * channels;
+                                      for (int64_t c = 0; c < channels; ++c) {
+                                        if (offsets[c] >= 0) image_dx[offsets[c] * channels + c] += g[c];
+                                      }
+                                    });
+        }
+      });
+      return absl::OkStatus();
+    });
+  }
+
   PoolAttributes attributes_;
+  bool channels_last_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateMaxPoolGradKernel(const KernelInit& init) {
   TRAIND_ASSIGN_OR_RETURN(PoolAttributes attributes, ParsePoolAttributes(init, /*max=*/true));
-  return std::unique_ptr<Kernel>(new MaxPoolGradKernel(std::move(attributes)));
+  TRAIND_ASSIGN_OR_RETURN(const int64_t channels_last, init.GetInt("channels_last", 0));
+  if (channels_last != 0 && channels_last != 1) {
+    return init.Error(absl::StrCat("attribute 'channels_last' must be 0 or 1, got ", channels_last));
+  }
+  return std::unique_ptr<Kernel>(new MaxPoolGradKernel(std::move(attributes), channels_last == 1));
 }
 
 }  // namespace traind::engine

@@ -33,6 +33,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> CreateMaxPoolGradGpuKernel(const GpuK
   TRAIND_RETURN_IF_ERROR(RequireFloat32(init, {0, 1}));
   TRAIND_ASSIGN_OR_RETURN(PoolAttributes attributes, ParsePoolAttributes(init, /*max=*/true));
   if (attributes.spatial.kernel_shape.size() > 2) return init.Unsupported("pooling over 3 spatial dims");
+  TRAIND_ASSIGN_OR_RETURN(const int64_t channels_last, init.GetInt("channels_last", 0));
+  if (channels_last != 0) return init.Unsupported("channels-last activations (CPU plans only)");
   TRAIND_ASSIGN_OR_RETURN(ClKernel kernel, init.Kernel("pool_grad.cl", "max_pool_grad_f32"));
   return MakeGpuKernel<MaxPoolGradGpuKernel>(std::move(attributes), std::move(kernel));
 }

@@ -1,5 +1,9 @@
 // MaxPoolGrad: the gradient goes to the first maximum of each window (row-major), as PyTorch's max_pool2d and the
 // forward MaxPool's Indices choose it; finite-difference checks of the rule are in gradient_builder_test.cc.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
 #include "engine/model/traind_schemas.h"
 #include "engine/testing/op_tester.h"
 #include "gtest/gtest.h"
@@ -8,6 +12,7 @@ namespace traind::engine {
 namespace {
 
 using testing::OpTester;
+using testing::RandomTensor;
 
 TEST(MaxPoolGradTest, TiesGoToTheFirstMaximumOnTheFastAndGeneralPaths) {
   // Two 2x2 windows side by side: [[1, 3], [3, 0]] (tie between top-right and bottom-left) and [[2, 2], [2, 2]];
@@ -73,6 +78,83 @@ TEST(MaxPoolGradTest, OverlappingWindowsAccumulate) {
       .AddInput<double>("x", {1, 1, 4}, {1, 5, 2, 4})
       .AddOutput<double>("dx", {1, 1, 4}, {0, 3.5, 0, 0})
       .Run();
+}
+
+// [N, C, H, W] -> [N, H, W, C].
+Tensor ToChannelsLast(const Tensor& nchw) {
+  const int64_t n = nchw.dim(0), c = nchw.dim(1), h = nchw.dim(2), w = nchw.dim(3);
+  Tensor out = *Tensor::Allocate(DataType::kFloat32, {n, h, w, c});
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < c; ++j) {
+      for (int64_t k = 0; k < h * w; ++k) {
+        out.mutable_data<float>()[(i * h * w + k) * c + j] = nchw.data<float>()[(i * c + j) * h * w + k];
+      }
+    }
+  }
+  return out;
+}
+
+// ChannelsLastMaxPool and MaxPoolGrad channels_last = 1 (what the channels-last plan pass runs) against MaxPool and
+// MaxPoolGrad on the same values in NCHW, bitwise: disjoint 2x2 windows, overlapping padded 3x3 ones, dilated ones
+// with ceil_mode; values from a few levels (many ties: the first maximum takes the gradient), 20 channels (a vector of
+// 16 and a tail). (A NaN in a window: the channels-last kernels keep PoolReference's rule, the first tap then strictly
+// greater, as NCHW's 2x2 path does; NCHW's oneDNN path may pick another.)
+TEST(MaxPoolGradTest, ChannelsLastAgreesWithNchwBitwise) {
+  struct Case {
+    std::vector<int64_t> kernel, strides, pads, dilations;
+    int64_t ceil_mode;
+    int64_t out_height, out_width;
+  };
+  const int64_t kBatch = 3, kChannels = 20, kHeight = 9, kWidth = 11;
+  Tensor x = RandomTensor({kBatch, kChannels, kHeight, kWidth}, -2, 2, 5);
+  for (int64_t i = 0; i < x.num_elements(); ++i) {
+    x.mutable_data<float>()[i] = std::round(x.data<float>()[i] * 2.0f);  // ties
+  }
+  for (const Case& c : {Case{{2, 2}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 0, 4, 5},
+                        Case{{3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 0, 9, 11},
+                        Case{{2, 3}, {2, 1}, {0, 1, 1, 0}, {2, 1}, 1, 5, 10}}) {
+    SCOPED_TRACE(::testing::PrintToString(c.kernel) + " stride " + ::testing::PrintToString(c.strides));
+    auto with_attributes = [&](OpTester tester) {
+      tester.AddAttribute("kernel_shape", c.kernel)
+          .AddAttribute("strides", c.strides)
+          .AddAttribute("pads", c.pads)
+          .AddAttribute("dilations", c.dilations)
+          .AddAttribute("ceil_mode", c.ceil_mode);
+      return tester;
+    };
+    // Forward: the NCHW MaxPool's output, then the same in channels-last.
+    OpTester pool = with_attributes(OpTester("MaxPool", 12));
+    pool.AddInputTensor("x", x);
+    pool.AddOutputShape("y", DataType::kFloat32, {kBatch, kChannels, c.out_height, c.out_width});
+    auto nchw_y = pool.RunRaw();
+    ASSERT_TRUE(nchw_y.ok()) << nchw_y.status();
+    const Tensor& y = (*nchw_y)[0];
+    OpTester channels_last_pool =
+        with_attributes(OpTester("ChannelsLastMaxPool", kTraindTrainingVersion, kTraindTrainingDomain));
+    channels_last_pool.AddInputTensor("x", ToChannelsLast(x));
+    channels_last_pool.AddOutputShape("y", DataType::kFloat32, {kBatch, c.out_height, c.out_width, kChannels});
+    auto channels_last_y = channels_last_pool.RunRaw();
+    ASSERT_TRUE(channels_last_y.ok()) << channels_last_y.status();
+    const Tensor expected_y = ToChannelsLast(y);
+    ASSERT_EQ((*channels_last_y)[0].shape(), expected_y.shape());
+    EXPECT_EQ(std::memcmp((*channels_last_y)[0].raw_data(), expected_y.raw_data(), expected_y.byte_size()), 0);
+    // Backward.
+    const Tensor dy = RandomTensor(y.shape(), -1, 1, 6);
+    OpTester grad = with_attributes(OpTester("MaxPoolGrad", kTraindTrainingVersion, kTraindTrainingDomain));
+    grad.AddInputTensor("dy", dy).AddInputTensor("x", x).AddOutputShape("dx", DataType::kFloat32, x.shape());
+    auto nchw_dx = grad.RunRaw();
+    ASSERT_TRUE(nchw_dx.ok()) << nchw_dx.status();
+    OpTester channels_last_grad =
+        with_attributes(OpTester("MaxPoolGrad", kTraindTrainingVersion, kTraindTrainingDomain));
+    channels_last_grad.AddAttribute("channels_last", int64_t{1});
+    channels_last_grad.AddInputTensor("dy", ToChannelsLast(dy)).AddInputTensor("x", ToChannelsLast(x));
+    channels_last_grad.AddOutputShape("dx", DataType::kFloat32, {kBatch, kHeight, kWidth, kChannels});
+    auto channels_last_dx = channels_last_grad.RunRaw();
+    ASSERT_TRUE(channels_last_dx.ok()) << channels_last_dx.status();
+    const Tensor expected_dx = ToChannelsLast((*nchw_dx)[0]);
+    ASSERT_EQ((*channels_last_dx)[0].shape(), expected_dx.shape());
+    EXPECT_EQ(std::memcmp((*channels_last_dx)[0].raw_data(), expected_dx.raw_data(), expected_dx.byte_size()), 0);
+  }
 }
 
 TEST(MaxPoolGradTest, RefusesAGradientOfTheWrongShape) {

@@ -398,6 +398,47 @@ class GlobalPoolKernel final : public Kernel {
   PoolKind kind_;
 };
 
+// ChannelsLastMaxPool (domain ai.traind.training): MaxPool's output Y of an X [N, H, W, C], Y [N, OH, OW, C], made
+// by the channels-last plan pass; 2-D windows, MaxPool's attributes, no Indices output.
+class ChannelsLastMaxPoolKernel final : public Kernel {
+ public:
+  explicit ChannelsLastMaxPoolKernel(PoolAttributes attributes) : attributes_(std::move(attributes)) {}
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
+    if (x->rank() != 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ChannelsLastMaxPool: input must be [N, H, W, C], got ", x->DebugString()));
+    }
+    const Tensor x_channels_first = x->Reshaped(ChannelsFirstShape(x->shape()));
+    TRAIND_ASSIGN_OR_RETURN(const PoolShape shape, CheckPoolInputs("ChannelsLastMaxPool", x_channels_first, attributes_));
+    const Window3 window(shape.window);
+    const int64_t batch = x->dim(0), channels = x->dim(3);
+    const int64_t in_size = window.input_size() * channels, out_size = window.output_size() * channels;
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "ChannelsLastMaxPool", [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), ChannelsLastShape(shape.output)));
+      const T* in = x->data<T>();
+      T* out = y->mutable_data<T>();
+      context.threads().ParallelFor(batch, 1, [&](int64_t begin, int64_t end) {
+        std::vector<T> best(static_cast<size_t>(channels));
+        std::vector<int64_t> best_offsets(static_cast<size_t>(channels));
+        for (int64_t n = begin; n < end; ++n) {
+          T* image_y = out + n * out_size;
+          ChannelsLastMaxWindows<T>(window, channels, in + n * in_size, best.data(), best_offsets.data(),
+                                    [&](int64_t position, const T* values, const int64_t*) {
+                                      std::copy_n(values, channels, image_y + position * channels);
+                                    });
+        }
+      });
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  PoolAttributes attributes_;
+};
+
 absl::StatusOr<std::unique_ptr<Kernel>> CreatePoolKernel(const KernelInit& init, PoolKind kind) {
   TRAIND_ASSIGN_OR_RETURN(PoolAttributes attributes, ParsePoolAttributes(init, kind == PoolKind::kMax));
   return std::unique_ptr<Kernel>(new PoolKernel(kind, std::move(attributes)));
@@ -411,6 +452,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateMaxPoolKernel(const KernelInit& in
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateAveragePoolKernel(const KernelInit& init) {
   return CreatePoolKernel(init, PoolKind::kAverage);
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CreateChannelsLastMaxPoolKernel(const KernelInit& init) {
+  TRAIND_ASSIGN_OR_RETURN(PoolAttributes attributes, ParsePoolAttributes(init, /*max=*/true));
+  return std::unique_ptr<Kernel>(new ChannelsLastMaxPoolKernel(std::move(attributes)));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateGlobalMaxPoolKernel(const KernelInit&) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "engine/ops/spatial_attributes.h"
 
@@ -70,6 +71,56 @@ void PackRowPairs(const Window3& w, const T* x, int64_t first, int64_t pairs, T*
     const T* source = x + 2 * (first + k) * width;
     std::copy_n(source, covered, top + k * covered);
     std::copy_n(source + width, covered, bottom + k * covered);
+  }
+}
+
+// Channels-last max pooling of one image [H, W, C] (2-D windows: w.input[0] == 1, all output[0] == 1): for every
+// output position, per channel the first maximum of its window in row-major tap order (PoolReference's rule: the
+// first tap, then strictly greater; no tap at all leaves lowest()), the channels as the inner, vectorised loop.
+// Calls visit(output_position, best, best_offsets) with `channels` values each; best_offsets[c] is the input
+// position (ih * W + iw) of channel c's maximum, or -1 without a tap. `best` / `best_offsets` are scratch of
+// `channels` elements.
+template <typename T, typename Visit>
+void ChannelsLastMaxWindows(const Window3& w, int64_t channels, const T* __restrict image, T* __restrict best,
+                            int64_t* __restrict best_offsets, Visit visit) {
+  int64_t position = 0;
+  for (int64_t oh = 0; oh < w.output[1]; ++oh) {
+    int64_t h0, h1;
+    TapRange(oh, w.strides[1], w.pad_begin[1], w.kernel[1], w.dilations[1], 0, w.input[1], &h0, &h1);
+    for (int64_t ow = 0; ow < w.output[2]; ++ow, ++position) {
+      int64_t w0, w1;
+      TapRange(ow, w.strides[2], w.pad_begin[2], w.kernel[2], w.dilations[2], 0, w.input[2], &w0, &w1);
+      const int64_t sh = oh * w.strides[1] - w.pad_begin[1];
+      const int64_t sw = ow * w.strides[2] - w.pad_begin[2];
+      bool first = true;
+      for (int64_t kh = h0; kh < h1; ++kh) {
+        const int64_t ih = sh + kh * w.dilations[1];
+        for (int64_t kw = w0; kw < w1; ++kw) {
+          const int64_t offset = ih * w.input[2] + sw + kw * w.dilations[2];
+          const T* __restrict tap = image + offset * channels;
+          if (first) {
+            for (int64_t c = 0; c < channels; ++c) {
+              best[c] = tap[c];
+              best_offsets[c] = offset;
+            }
+            first = false;
+            continue;
+          }
+          for (int64_t c = 0; c < channels; ++c) {
+            const bool greater = tap[c] > best[c];
+            best[c] = greater ? tap[c] : best[c];
+            best_offsets[c] = greater ? offset : best_offsets[c];
+          }
+        }
+      }
+      if (first) {
+        for (int64_t c = 0; c < channels; ++c) {
+          best[c] = std::numeric_limits<T>::lowest();
+          best_offsets[c] = -1;
+        }
+      }
+      visit(position, static_cast<const T*>(best), static_cast<const int64_t*>(best_offsets));
+    }
   }
 }
 

@@ -13,7 +13,7 @@ namespace {
 
 constexpr char kChannelsLastSuffix[] = "/channels_last";
 
-enum class Role { kOther, kConv, kConvGrad, kBatchNorm, kBatchNormGrad, kElementwise };
+enum class Role { kOther, kConv, kConvGrad, kBatchNorm, kBatchNormGrad, kMaxPool, kMaxPoolGrad, kElementwise };
 
 bool IsOnnx(const onnx::NodeProto& node) { return node.domain().empty() || node.domain() == "ai.onnx"; }
 bool IsTraind(const onnx::NodeProto& node) { return node.domain() == kTraindTrainingDomain; }
@@ -124,9 +124,11 @@ class ChannelsLastPass {
     for (const onnx::NodeProto& node : nodes_) {
       if (node.output_size() == 0 || node.output(0).empty() || ranks_.contains(node.output(0))) continue;
       int rank = -1;
-      if (IsTraind(node) && (node.op_type() == "ConvGrad" || node.op_type() == "BatchNormalizationGrad")) {
+      if (IsTraind(node) && (node.op_type() == "ConvGrad" || node.op_type() == "BatchNormalizationGrad" ||
+                             node.op_type() == "MaxPoolGrad")) {
         if (node.input_size() > 1) rank = RankOf(node.input(1));
-      } else if (IsOnnx(node) && (node.op_type() == "Conv" || node.op_type() == "BatchNormalization")) {
+      } else if (IsOnnx(node) &&
+                 (node.op_type() == "Conv" || node.op_type() == "BatchNormalization" || node.op_type() == "MaxPool")) {
         if (node.input_size() > 0) rank = RankOf(node.input(0));
       } else if (IsElementwise(node)) {
         for (const auto& input : node.input()) {
@@ -158,6 +160,14 @@ class ChannelsLastPass {
     if (IsTraind(node) && node.op_type() == "BatchNormalizationGrad") {
       return rank4(0) && rank4(1) && !ChannelsLastAlready(node) ? Role::kBatchNormGrad : Role::kOther;
     }
+    // MaxPool without its Indices output (whose values are NCHW offsets).
+    if (IsOnnx(node) && node.op_type() == "MaxPool") {
+      const bool indices = node.output_size() > 1 && !node.output(1).empty();
+      return rank4(0) && !indices ? Role::kMaxPool : Role::kOther;
+    }
+    if (IsTraind(node) && node.op_type() == "MaxPoolGrad") {
+      return rank4(0) && rank4(1) && !ChannelsLastAlready(node) ? Role::kMaxPoolGrad : Role::kOther;
+    }
     if (IsElementwise(node)) {
       // Rank-4 operands (permuted) and scalars (unaffected); anything else would broadcast differently.
       bool any_rank4 = false;
@@ -181,9 +191,11 @@ class ChannelsLastPass {
     switch (roles_[i]) {
       case Role::kConv:
       case Role::kBatchNorm:
+      case Role::kMaxPool:
         return {0};
       case Role::kConvGrad:
       case Role::kBatchNormGrad:
+      case Role::kMaxPoolGrad:
         return {0, 1};
       case Role::kElementwise: {
         std::vector<int> slots;
@@ -320,8 +332,14 @@ class ChannelsLastPass {
                           attributes->end());
         break;
       }
+      case Role::kMaxPool:
+        node.set_op_type("ChannelsLastMaxPool");
+        node.set_domain(kTraindTrainingDomain);
+        node.mutable_output()->DeleteSubrange(1, node.output_size() - 1);  // an unnamed Indices output
+        break;
       case Role::kConvGrad:
       case Role::kBatchNormGrad:
+      case Role::kMaxPoolGrad:
         *node.add_attribute() = IntAttribute("channels_last", 1);
         break;
       case Role::kElementwise:

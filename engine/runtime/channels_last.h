@@ -9,9 +9,10 @@
 // - Every Conv and ConvGrad (traind) on rank-4 activations becomes ChannelsLastConv / ConvGrad channels_last = 1,
 //   whose kernels hand oneDNN the nhwc layout as it is (no reorder).
 // - The nodes between them join when one of their rank-4 inputs is channels-last already (their producer joined):
-//   BatchNormalization (-> ChannelsLastBatchNormalization), BatchNormalizationGrad (channels_last = 1), and
-//   elementwise ops whose other inputs are scalars (Relu, ReluGrad, Add, Sum, ...): an axis permutation applied to
-//   every operand commutes with elementwise maths, broadcasting included.
+//   BatchNormalization (-> ChannelsLastBatchNormalization), BatchNormalizationGrad (channels_last = 1), MaxPool
+//   without Indices (-> ChannelsLastMaxPool), MaxPoolGrad (channels_last = 1), and elementwise ops whose other inputs
+//   are scalars (Relu, ReluGrad, Add, Sum, ...): an axis permutation applied to every operand commutes with
+//   elementwise maths, broadcasting included.
 // - Where a channels-last value meets a node that did not join (or is a graph output), a Transpose back to NCHW
 //   under the value's own name feeds it; where a joined node reads an NCHW value, a Transpose to channels-last
 //   (once per value) does. Size reads the channels-last value as it is (same element count), Shape reads it and a

@@ -148,6 +148,14 @@ TEST(ChannelsLastTest, LeavesAloneWhatItCannotRewriteExactly) {
   const ChannelsLastResult bias = ConvertToChannelsLast(bias_add, Ranks({{"x", 4}, {"w", 4}, {"b", 1}, {"y", 4}}));
   EXPECT_EQ(bias.converted_nodes, 1);
   EXPECT_EQ(bias_add.back().input(0), "y");
+  // MaxPool joins, but not with its Indices output (NCHW offsets): then it reads an NCHW copy.
+  std::vector<onnx::NodeProto> pools = {Node("Conv", {"x", "w"}, {"y"}), Node("MaxPool", {"y"}, {"p"}),
+                                        Node("MaxPool", {"y"}, {"q", "indices"})};
+  const ChannelsLastResult pooled = ConvertToChannelsLast(pools, Ranks({{"x", 4}, {"w", 4}}));
+  EXPECT_EQ(pooled.converted_nodes, 2);
+  EXPECT_EQ(pools[2].op_type(), "ChannelsLastMaxPool");
+  EXPECT_EQ(pools[3].op_type(), "Transpose");  // y back to NCHW, before the MaxPool with Indices
+  EXPECT_EQ(pools[4].op_type(), "MaxPool");
   // A model already using the pass's names is left as it is.
   std::vector<onnx::NodeProto> taken = {Node("Conv", {"x", "w"}, {"y"}), Node("Relu", {"y/channels_last"}, {"z"})};
   EXPECT_EQ(ConvertToChannelsLast(taken, Ranks({{"x", 4}, {"w", 4}})).converted_nodes, 0);
