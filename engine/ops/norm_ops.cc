@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@
 #include "engine/model/traind_schemas.h"
 #include "engine/ops/row_statistics.h"
 #include "engine/runtime/dispatch.h"
+#include "engine/runtime/fused_elementwise.h"
 #include "engine/runtime/kernel.h"
 
 namespace traind::engine {
@@ -413,6 +415,14 @@ class ChannelsLastBatchNormKernel final : public Kernel {
           factors[c] = static_cast<T>(scale[c] / std::sqrt(batch_var + epsilon));
         }
       }
+      std::vector<const float*> epilogue_inputs;
+      if (epilogue_ != nullptr) {
+        if (!std::is_same_v<T, float>) return UnsupportedDtype("ChannelsLastBatchNormalization epilogue", x->dtype());
+        TRAIND_ASSIGN_OR_RETURN(epilogue_inputs, epilogue_->Bind(context, x->shape()));
+      }
+      // With an epilogue, rows are normalised a chunk at a time into a small buffer that the epilogue reads
+      // (still in L1) as it writes the output.
+      const int64_t rows_per_chunk = std::max<int64_t>(1, 1024 / std::max<int64_t>(1, channels));
       const int64_t grain = std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, channels));
       context.threads().ParallelFor(rows, grain, [&](int64_t b, int64_t e) {
         // In 64-byte vectors of channels (as arrays, GCC re-checked the loop's bounds on every row).
@@ -423,29 +433,49 @@ class ChannelsLastBatchNormKernel final : public Kernel {
         const T* const center_data = centers.data();
         const T* const offset_data = offsets.data();
         const T* const factor_data = factors.data();
-        for (int64_t r = b; r < e; ++r) {
-          const T* src = in + r * channels;
-          T* dst = out + r * channels;
-          int64_t c = 0;
-          for (; c < vector_channels; c += kLanes) {
-            Lanes center, offset, factor, shift, value;
-            std::memcpy(&center, center_data + c, sizeof(center));
-            std::memcpy(&offset, offset_data + c, sizeof(offset));
-            std::memcpy(&factor, factor_data + c, sizeof(factor));
-            std::memcpy(&shift, bias + c, sizeof(shift));
-            std::memcpy(&value, src + c, sizeof(value));
-            const Lanes result = ((value - center) - offset) * factor + shift;
-            std::memcpy(dst + c, &result, sizeof(result));
+        // Rows [first, last) into dst (row first at dst[0]).
+        auto normalize_rows = [&](int64_t first, int64_t last, T* __restrict dst) {
+          for (int64_t r = first; r < last; ++r, dst += channels) {
+            const T* src = in + r * channels;
+            int64_t c = 0;
+            for (; c < vector_channels; c += kLanes) {
+              Lanes center, offset, factor, shift, value;
+              std::memcpy(&center, center_data + c, sizeof(center));
+              std::memcpy(&offset, offset_data + c, sizeof(offset));
+              std::memcpy(&factor, factor_data + c, sizeof(factor));
+              std::memcpy(&shift, bias + c, sizeof(shift));
+              std::memcpy(&value, src + c, sizeof(value));
+              const Lanes result = ((value - center) - offset) * factor + shift;
+              std::memcpy(dst + c, &result, sizeof(result));
+            }
+            for (; c < channels; ++c) dst[c] = ((src[c] - centers[c]) - offsets[c]) * factors[c] + bias[c];
           }
-          for (; c < channels; ++c) dst[c] = ((src[c] - centers[c]) - offsets[c]) * factors[c] + bias[c];
+        };
+        if constexpr (std::is_same_v<T, float>) {
+          if (epilogue_ != nullptr) {
+            std::vector<float> chunk(static_cast<size_t>(rows_per_chunk * channels)), scratch;
+            for (int64_t first = b; first < e; first += rows_per_chunk) {
+              const int64_t last = std::min(e, first + rows_per_chunk);
+              normalize_rows(first, last, chunk.data());
+              epilogue_->Apply(epilogue_inputs, chunk.data(), first * channels, (last - first) * channels,
+                               out + first * channels, scratch);
+            }
+            return;
+          }
         }
+        normalize_rows(b, e, out + b * channels);
       });
       return absl::OkStatus();
     });
   }
 
+  // The Relu after it, or a residual Add and Relu (float32).
+  bool AcceptsEpilogue() const override { return true; }
+  void SetEpilogue(std::shared_ptr<const ElementwiseEpilogue> epilogue) override { epilogue_ = std::move(epilogue); }
+
  private:
   BatchNormAttributes attributes_;
+  std::shared_ptr<const ElementwiseEpilogue> epilogue_;
 };
 
 // ------------------------------------------------------------------------------------------------

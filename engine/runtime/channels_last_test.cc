@@ -95,7 +95,8 @@ TEST(ChannelsLastTest, AConvNetGivesTheSameOutputsWithTransposesOnlyAtItsBorders
   std::map<std::string, int> op_types;
   for (const PlannedNode& node : (*channels_last)->nodes) ++op_types[node.op_type];
   EXPECT_EQ(op_types["ChannelsLastConv"], 2);
-  EXPECT_EQ(op_types["ChannelsLastBatchNormalization"], 1);
+  // With the Relu after it as its epilogue (fused_elementwise.h).
+  EXPECT_EQ(op_types["ChannelsLastBatchNormalization+Relu"], 1);
   // x into the net; a and r back out (graph outputs). Nothing between the convolutions.
   EXPECT_EQ(op_types["Transpose"], 3);
   EXPECT_EQ(op_types["Gather"], 1);  // Shape's dims back in NCHW order

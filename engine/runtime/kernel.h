@@ -131,6 +131,8 @@ class ElementwiseFloatFn {
   virtual void Apply(const float* const* inputs, const bool* broadcast, int64_t n, float* out) const = 0;
 };
 
+class ElementwiseEpilogue;  // engine/runtime/fused_elementwise.h
+
 class Kernel {
  public:
   virtual ~Kernel() = default;
@@ -147,6 +149,13 @@ class Kernel {
   // Non-null when this node, on float32 inputs and output, is an elementwise computation the compiler may fuse
   // with its neighbours (see ElementwiseFloatFn); owned by the kernel.
   virtual const ElementwiseFloatFn* elementwise_float() const { return nullptr; }
+
+  // Compile time, CPU plans: true when this node can apply an elementwise group to its output 0 as it writes it,
+  // in place of the group's own pass over memory (ElementwiseEpilogue in fused_elementwise.h).
+  virtual bool AcceptsEpilogue() const { return false; }
+  // Only after AcceptsEpilogue(), before the plan is shared: from now on output 0 is the epilogue's value, and the
+  // group's other operands follow the node's own inputs.
+  virtual void SetEpilogue(std::shared_ptr<const ElementwiseEpilogue> /*epilogue*/) {}
 };
 
 using KernelFactory = absl::StatusOr<std::unique_ptr<Kernel>> (*)(const KernelInit& init);

@@ -416,39 +416,81 @@ class Compiler {
       }
       std::sort(members[n].begin(), members[n].end());
     }
+    // A group whose input is the sole use of output 0 of a node that accepts an epilogue (a BatchNormalization)
+    // becomes that node's epilogue; the node moves to the group's place, which its other outputs must allow.
+    // Of several such inputs the one made last, the shortest move.
+    std::vector<int> epilogue_producer(num_nodes, -1);
+    std::vector<bool> moved(num_nodes, false);
+    for (int n = 0; n < num_nodes; ++n) {
+      if (members[n].empty()) continue;
+      const Shape& shape = types[plan_->nodes[n].outputs[0]]->dims;
+      absl::flat_hash_set<int> made_inside;
+      for (int m : members[n]) made_inside.insert(plan_->nodes[m].outputs[0]);
+      for (int m : members[n]) {
+        for (int slot : plan_->nodes[m].inputs) {
+          const int p = producer[slot];
+          if (made_inside.contains(slot) || p < 0 || p <= epilogue_producer[n] || moved[p] ||
+              !members[p].empty() || absorbed[p] || plan_->nodes[p].outputs[0] != slot || readers[slot] != 1 ||
+              graph_output[slot] || !is_float_with_shape(slot) || types[slot]->dims != shape ||
+              !plan_->nodes[p].kernel->AcceptsEpilogue() || ReadBetween(plan_->nodes[p].outputs, 1, p, n)) {
+            continue;
+          }
+          epilogue_producer[n] = p;
+        }
+      }
+      if (epilogue_producer[n] >= 0) moved[epilogue_producer[n]] = true;
+    }
     std::vector<PlannedNode> nodes;
     for (int n = 0; n < num_nodes; ++n) {
-      if (absorbed[n]) continue;
-      if (members[n].size() < 2) {
+      if (absorbed[n] || moved[n]) continue;
+      if (epilogue_producer[n] >= 0) {
+        nodes.push_back(MakeEpilogueNode(epilogue_producer[n], members[n], types));
+      } else if (members[n].size() < 2) {
         nodes.push_back(std::move(plan_->nodes[n]));
-        continue;
+      } else {
+        nodes.push_back(MakeFusedNode(members[n], types));
       }
-      nodes.push_back(MakeFusedNode(members[n], types));
     }
     plan_->nodes = std::move(nodes);
   }
 
-  PlannedNode MakeFusedNode(const std::vector<int>& members, const std::vector<std::optional<GraphValue>>& types) {
-    PlannedNode& last = plan_->nodes[members.back()];
-    const Shape& shape = types[last.outputs[0]]->dims;
+  // Whether a node in (first, last] reads one of outputs[from...].
+  bool ReadBetween(const std::vector<int>& outputs, size_t from, int first, int last) const {
+    for (int n = first + 1; n <= last; ++n) {
+      for (int slot : plan_->nodes[n].inputs) {
+        for (size_t k = from; k < outputs.size(); ++k) {
+          if (slot >= 0 && slot == outputs[k]) return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  // The group of `members` (schedule order), its input slots and its op types.
+  struct GroupParts {
+    std::unique_ptr<ElementwiseGroup> group;
+    std::vector<int> inputs;
+    std::vector<std::string> op_types;
+  };
+  GroupParts MakeGroup(const std::vector<int>& members, const std::vector<std::optional<GraphValue>>& types) {
+    const Shape& shape = types[plan_->nodes[members.back()].outputs[0]]->dims;
     absl::flat_hash_map<int, int> step_of_slot, input_of_slot;
     std::vector<std::unique_ptr<Kernel>> kernels;
-    std::vector<FusedElementwiseKernel::Step> steps;
+    std::vector<ElementwiseGroup::Step> steps;
     std::vector<bool> input_is_scalar;
-    PlannedNode fused;
-    std::vector<std::string> op_types;
+    GroupParts parts;
     for (int n : members) {
       PlannedNode& node = plan_->nodes[n];
-      FusedElementwiseKernel::Step step;
+      ElementwiseGroup::Step step;
       step.fn = node.kernel->elementwise_float();
       for (int slot : node.inputs) {
         if (auto it = step_of_slot.find(slot); it != step_of_slot.end()) {
           step.operands.push_back(-1 - it->second);
           continue;
         }
-        auto [it, added] = input_of_slot.emplace(slot, static_cast<int>(fused.inputs.size()));
+        auto [it, added] = input_of_slot.emplace(slot, static_cast<int>(parts.inputs.size()));
         if (added) {
-          fused.inputs.push_back(slot);
+          parts.inputs.push_back(slot);
           input_is_scalar.push_back(types[slot]->dims != shape);
         }
         step.operands.push_back(it->second);
@@ -456,14 +498,47 @@ class Compiler {
       step_of_slot[node.outputs[0]] = static_cast<int>(steps.size());
       steps.push_back(std::move(step));
       kernels.push_back(std::move(node.kernel));
-      op_types.push_back(node.op_type);
+      parts.op_types.push_back(node.op_type);
     }
+    parts.group = std::make_unique<ElementwiseGroup>(std::move(kernels), std::move(steps), std::move(input_is_scalar));
+    return parts;
+  }
+
+  PlannedNode MakeFusedNode(const std::vector<int>& members, const std::vector<std::optional<GraphValue>>& types) {
+    const PlannedNode& last = plan_->nodes[members.back()];
+    PlannedNode fused;
     fused.label = absl::StrCat(last.label, " fused with ", members.size() - 1, " elementwise nodes before it");
-    fused.op_type = absl::StrCat("Fused(", absl::StrJoin(op_types, "+"), ")");
     fused.outputs = {last.outputs[0]};
-    fused.kernel = std::make_unique<FusedElementwiseKernel>(std::move(kernels), std::move(steps),
-                                                            std::move(input_is_scalar));
+    GroupParts parts = MakeGroup(members, types);
+    fused.op_type = absl::StrCat("Fused(", absl::StrJoin(parts.op_types, "+"), ")");
+    fused.inputs = std::move(parts.inputs);
+    fused.kernel = std::make_unique<FusedElementwiseKernel>(std::move(*parts.group));
     return fused;
+  }
+
+  // Node `producer` with the group of `members` as its epilogue: output 0 becomes the group's output, the group's
+  // inputs but the producer's value follow the producer's own.
+  PlannedNode MakeEpilogueNode(int producer, const std::vector<int>& members,
+                               const std::vector<std::optional<GraphValue>>& types) {
+    PlannedNode node = std::move(plan_->nodes[producer]);
+    const PlannedNode& last = plan_->nodes[members.back()];
+    const int value_slot = node.outputs[0];
+    node.label = absl::StrCat(node.label, " with its elementwise successors up to '", last.label, "'");
+    node.outputs[0] = last.outputs[0];
+    GroupParts parts = MakeGroup(members, types);
+    node.op_type = absl::StrCat(node.op_type, "+", absl::StrJoin(parts.op_types, "+"));
+    const int first_input = static_cast<int>(node.inputs.size());
+    int value_input = -1;
+    for (size_t i = 0; i < parts.inputs.size(); ++i) {
+      if (parts.inputs[i] == value_slot) {
+        value_input = static_cast<int>(i);
+      } else {
+        node.inputs.push_back(parts.inputs[i]);
+      }
+    }
+    node.kernel->SetEpilogue(
+        std::make_shared<const ElementwiseEpilogue>(std::move(*parts.group), value_input, first_input));
+    return node;
   }
 
   // Dtype and dims of every slot whose type shape inference (or the graph, or a constant) states fully.

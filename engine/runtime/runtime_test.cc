@@ -401,5 +401,107 @@ TEST(RuntimeTest, AValueReadTwiceOrReturnedIsNotFusedAway) {
   EXPECT_FLOAT_EQ((*outputs)[1].second.data<float>()[1], std::exp(1.0f) - std::exp(1.0f));
 }
 
+// A BatchNormalization's output read only by a Relu, or by a residual Add and Relu, becomes the normalisation's
+// epilogue: one node, bitwise equal to the unfused plan; of two normalisations feeding one Add the later takes it.
+// A normalisation whose output is also returned keeps its own pass. Channels 21 (a tail past the 16-lane
+// vectors) and rows that leave a partial last chunk per thread.
+TEST(RuntimeTest, BatchNormalizationTakesTheReluAndResidualAddAfterItAsItsEpilogue) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(15);
+  auto* traind_opset = model.add_opset_import();
+  traind_opset->set_domain(kTraindTrainingDomain);
+  traind_opset->set_version(kTraindTrainingVersion);
+  auto* graph = model.mutable_graph();
+  constexpr int64_t kChannels = 21;
+  const std::vector<int64_t> dims = {3, 5, 7, kChannels};
+  auto add_static = [](onnx::ValueInfoProto* info, const std::string& name, const std::vector<int64_t>& shape) {
+    info->set_name(name);
+    auto* type = info->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t dim : shape) type->mutable_shape()->add_dim()->set_dim_value(dim);
+  };
+  for (const char* name : {"x1", "x2", "x3", "x4"}) add_static(graph->add_input(), name, dims);
+  for (const char* name : {"scale", "bias", "mean", "var"}) add_static(graph->add_input(), name, {kChannels});
+  for (const char* name : {"r1", "out", "n4", "r4"}) add_static(graph->add_output(), name, dims);
+  add_static(graph->add_output(), "running_mean1", {kChannels});
+  for (const char* name : {"n1", "n2", "n3", "sum"}) add_static(graph->add_value_info(), name, dims);
+  auto add_norm = [&](const std::string& x, const std::string& y, const std::string& running_mean) {
+    onnx::NodeProto* node = AddNode(graph, "ChannelsLastBatchNormalization", {x, "scale", "bias", "mean", "var"}, y);
+    node->set_domain(kTraindTrainingDomain);
+    node->add_output(running_mean);
+    node->add_output(running_mean.empty() ? "" : running_mean + "_var");
+    auto* training_mode = node->add_attribute();
+    training_mode->set_name("training_mode");
+    training_mode->set_type(onnx::AttributeProto::INT);
+    training_mode->set_i(1);
+  };
+  add_norm("x1", "n1", "running_mean1");  // n1 -> Relu: fuses
+  AddNode(graph, "Relu", {"n1"}, "r1");
+  add_norm("x2", "n2", "");  // n2 + n3 -> Relu: n3's normalisation, the later one, takes Add and Relu
+  add_norm("x3", "n3", "");
+  AddNode(graph, "Add", {"n2", "n3"}, "sum");
+  AddNode(graph, "Relu", {"sum"}, "out");
+  add_norm("x4", "n4", "");  // n4 is returned: no epilogue
+  AddNode(graph, "Relu", {"n4"}, "r4");
+
+  CompileOptions unfused_options;
+  unfused_options.fuse_elementwise = false;
+  auto fused = Compile(model);
+  auto unfused = Compile(model, unfused_options);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_TRUE(unfused.ok()) << unfused.status();
+  std::vector<std::string> op_types;
+  for (const PlannedNode& node : (*fused)->nodes) op_types.push_back(node.op_type);
+  EXPECT_EQ(op_types, (std::vector<std::string>{"ChannelsLastBatchNormalization+Relu", "ChannelsLastBatchNormalization",
+                                                "ChannelsLastBatchNormalization+Add+Relu",
+                                                "ChannelsLastBatchNormalization", "Relu"}));
+
+  NamedTensors inputs;
+  const int64_t count = 3 * 5 * 7 * kChannels;
+  for (int k = 1; k <= 4; ++k) {
+    std::vector<float> values(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) values[i] = std::sin(0.37f * static_cast<float>(i * k)) * 2.0f + 0.1f * k;
+    if (k == 2) values[40] = std::numeric_limits<float>::quiet_NaN();  // one channel's statistics NaN
+    inputs.push_back({"x" + std::to_string(k), *Tensor::FromVector<float>(dims, values)});
+  }
+  std::vector<float> scale(kChannels), bias(kChannels), mean(kChannels, 0.0f), var(kChannels, 1.0f);
+  for (int64_t c = 0; c < kChannels; ++c) {
+    scale[c] = 0.5f + 0.1f * static_cast<float>(c);
+    bias[c] = c % 3 == 0 ? -1.0f : 0.25f;
+  }
+  inputs.push_back({"scale", *Tensor::FromVector<float>({kChannels}, scale)});
+  inputs.push_back({"bias", *Tensor::FromVector<float>({kChannels}, bias)});
+  inputs.push_back({"mean", *Tensor::FromVector<float>({kChannels}, mean)});
+  inputs.push_back({"var", *Tensor::FromVector<float>({kChannels}, var)});
+  for (int num_threads : {1, 3}) {
+    ThreadPool threads(num_threads);
+    Session fused_session(*fused, std::make_unique<CpuExecutor>(&threads));
+    Session unfused_session(*unfused, std::make_unique<CpuExecutor>(&threads));
+    auto fused_outputs = fused_session.Run(inputs);
+    auto unfused_outputs = unfused_session.Run(inputs);
+    ASSERT_TRUE(fused_outputs.ok()) << fused_outputs.status();
+    ASSERT_TRUE(unfused_outputs.ok()) << unfused_outputs.status();
+    ASSERT_EQ(fused_outputs->size(), 5u);
+    for (size_t output = 0; output < fused_outputs->size(); ++output) {
+      const Tensor& fused_value = (*fused_outputs)[output].second;
+      const Tensor& unfused_value = (*unfused_outputs)[output].second;
+      ASSERT_EQ(fused_value.shape(), unfused_value.shape());
+      EXPECT_EQ(std::memcmp(fused_value.raw_data(), unfused_value.raw_data(), fused_value.byte_size()), 0)
+          << "output " << (*fused_outputs)[output].first << ", " << num_threads << " threads";
+    }
+    // And r1 is the Relu of the normalised x1: channel 0 of row 0 by hand.
+    double sum = 0, squares = 0;
+    const float* x1 = inputs[0].second.data<float>();
+    for (int64_t r = 0; r < count / kChannels; ++r) sum += x1[r * kChannels];
+    const double batch_mean = sum / static_cast<double>(count / kChannels);
+    for (int64_t r = 0; r < count / kChannels; ++r) squares += std::pow(x1[r * kChannels] - batch_mean, 2);
+    const double expected = std::max(
+        0.0, (x1[0] - batch_mean) / std::sqrt(squares / static_cast<double>(count / kChannels) + 1e-5) * scale[0] +
+                 bias[0]);
+    EXPECT_NEAR((*fused_outputs)[0].second.data<float>()[0], expected, 1e-5);
+  }
+}
+
 }  // namespace
 }  // namespace traind::engine
