@@ -19,10 +19,16 @@ std::vector<float> Random(int64_t n, uint32_t seed) {
   return values;
 }
 
-TEST(ConvGradTest, MatchesDirectSumsWithGroupsStridesPadsAndDilations) {
-  // X [N, C, H, W], W [M, C/g, KH, KW], group 2, stride 2, pads (1, 0, 1, 1), dilation (1, 2).
-  const int64_t n = 2, c = 4, h = 7, w = 6, m = 6, g = 2, kh = 3, kw = 2, sh = 2, sw = 2, dh = 1, dw = 2;
-  const int64_t pt = 1, pl = 0, pb = 1, pr = 1;
+struct ConvGradCase {
+  int64_t n, c, h, w, m, g, kh, kw, sh, sw, dh, dw;
+  int64_t pt, pl, pb, pr;
+};
+
+// X [N, C, H, W], W [M, C/g, KH, KW] -> dX, dW, dB against float64 sums (in both the channels-last and the NCHW
+// plan: OpTester runs ConvGrad in both).
+void ExpectDirectSums(const ConvGradCase& k) {
+  const int64_t n = k.n, c = k.c, h = k.h, w = k.w, m = k.m, g = k.g, kh = k.kh, kw = k.kw, sh = k.sh, sw = k.sw,
+                dh = k.dh, dw = k.dw, pt = k.pt, pl = k.pl, pb = k.pb, pr = k.pr;
   const int64_t oh = (h + pt + pb - ((kh - 1) * dh + 1)) / sh + 1, ow = (w + pl + pr - ((kw - 1) * dw + 1)) / sw + 1;
   const int64_t cg = c / g, mg = m / g;
   const std::vector<float> x = Random(n * c * h * w, 1), weights = Random(m * cg * kh * kw, 2),
@@ -64,6 +70,21 @@ TEST(ConvGradTest, MatchesDirectSumsWithGroupsStridesPadsAndDilations) {
       .AddOutput<float>("db", {m}, std::vector<float>(dbias.begin(), dbias.end()))
       .SetTolerance(1e-4, 1e-4)
       .Run();
+}
+
+TEST(ConvGradTest, MatchesDirectSumsWithGroupsStridesPadsAndDilations) {
+  // group 2, stride 2, pads (1, 0, 1, 1), dilation (1, 2).
+  ExpectDirectSums({2, 4, 7, 6, 6, 2, 3, 2, 2, 2, 1, 2, 1, 0, 1, 1});
+}
+
+// Channels-last, ungrouped, stride 1: dX runs as a forward convolution with the kernel flipped and transposed and
+// the pads mirrored, here with a non-square kernel, dilation and uneven pads (including none and the most allowed).
+TEST(ConvGradTest, MatchesDirectSumsWhereTheDataGradientRunsAsAForwardConvolution) {
+  ExpectDirectSums({2, 5, 7, 6, 3, 1, 3, 2, 1, 1, 1, 2, 1, 0, 2, 2});
+  ExpectDirectSums({3, 16, 8, 8, 32, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1});  // ResNet's 3x3, 16 -> 32 channels
+  ExpectDirectSums({2, 3, 6, 5, 4, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0});    // 1x1
+  // A pad beyond the kernel's extent (1x1 with pad 1): the backward-data primitive as before.
+  ExpectDirectSums({2, 3, 4, 5, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
 }
 
 TEST(ConvGradTest, RefusesAGradientOfTheWrongShape) {
