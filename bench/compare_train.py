@@ -203,15 +203,19 @@ def main():
     med = statistics.median
     print(f"threads {args.threads}, {args.repeats} repeat(s), medians of per-run medians; torch args: "
           f"{args.torch_args or '(default)'}; environment for both: {' '.join(args.env) or '(as set)'}")
-    print("| workload | traind ms/step (p10–p90) | torch ms/step (p10–p90) | traind / torch | traind peak RSS MB "
-          "(pool MB) | torch peak RSS MB | foreign cores traind / torch |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    # Each repeat runs traind and then PyTorch within seconds, so a pair shares the machine's state (this VM's
+    # speed moves by 30-40 % from one minute to the next); the median of the pairs' ratios is the steadier figure.
+    print("| workload | traind ms/step (p10–p90) | torch ms/step (p10–p90) | traind / torch | paired ratio: median "
+          "(min–max) | traind peak RSS MB (pool MB) | torch peak RSS MB | foreign cores traind / torch |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in names:
         t, p = results[name]["traind"], results[name]["torch"]
         tm, pm = med([x["median_ms"] for x in t]), med([x["train"]["median_ms"] for x in p])
+        pairs = [a["median_ms"] / b["train"]["median_ms"] for a, b in zip(t, p)]
         print(f"| {name} | {tm:.3f} ({med([x['p10_ms'] for x in t]):.3f}–{med([x['p90_ms'] for x in t]):.3f}) | "
               f"{pm:.3f} ({med([x['train']['p10_ms'] for x in p]):.3f}–{med([x['train']['p90_ms'] for x in p]):.3f}) | "
-              f"{tm / pm:.2f}× | {max(x['peak_rss_mb_measured'] for x in t):.0f} "
+              f"{tm / pm:.2f}× | {med(pairs):.2f}× ({min(pairs):.2f}–{max(pairs):.2f}) | "
+              f"{max(x['peak_rss_mb_measured'] for x in t):.0f} "
               f"({max(x['peak_pool_mb'] for x in t):.1f}) | {max(x['peak_rss_mb_measured'] for x in p):.0f} | "
               f"{med([x['foreign_cores'] for x in t]):.2f} / {med([x['train']['foreign_cores'] for x in p]):.2f} |")
     return 0

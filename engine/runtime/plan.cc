@@ -116,19 +116,25 @@ class Compiler {
   }
 
   // engine/runtime/transpose_folding.h: matrix Transposes read in place by the products around them.
-  void FoldTransposes() {
-    TransposeFoldingGraph graph;
+  // The rank of every value the graph states one for (inputs, outputs, value_info, initializers); the first
+  // statement of a name wins.
+  absl::flat_hash_map<std::string, int> StaticRanks() const {
+    absl::flat_hash_map<std::string, int> ranks;
     for (const auto* infos : {&graph_.input(), &graph_.output(), &graph_.value_info()}) {
       for (const auto& info : *infos) {
         if (info.type().has_tensor_type() && info.type().tensor_type().has_shape()) {
-          graph.ranks.emplace(info.name(), info.type().tensor_type().shape().dim_size());
+          ranks.emplace(info.name(), info.type().tensor_type().shape().dim_size());
         }
       }
     }
-    for (const auto& initializer : graph_.initializer()) {
-      graph.ranks.emplace(initializer.name(), initializer.dims_size());
-      graph.constants.insert(initializer.name());
-    }
+    for (const auto& initializer : graph_.initializer()) ranks.emplace(initializer.name(), initializer.dims_size());
+    return ranks;
+  }
+
+  void FoldTransposes() {
+    TransposeFoldingGraph graph;
+    graph.ranks = StaticRanks();
+    for (const auto& initializer : graph_.initializer()) graph.constants.insert(initializer.name());
     for (const auto& output : graph_.output()) graph.outputs.insert(output.name());
     if (FoldTransposesIntoProducts(nodes_, graph) > 0 && !opsets_.contains(kTraindTrainingDomain)) {
       opsets_[kTraindTrainingDomain] = kTraindTrainingVersion;
@@ -138,16 +144,7 @@ class Compiler {
   // engine/runtime/channels_last.h: activations stay channels-last from one convolution to the next.
   void ConvertToChannelsLast() {
     ChannelsLastGraph graph;
-    for (const auto* infos : {&graph_.input(), &graph_.output(), &graph_.value_info()}) {
-      for (const auto& info : *infos) {
-        if (info.type().has_tensor_type() && info.type().tensor_type().has_shape()) {
-          graph.ranks.emplace(info.name(), info.type().tensor_type().shape().dim_size());
-        }
-      }
-    }
-    for (const auto& initializer : graph_.initializer()) {
-      graph.ranks.emplace(initializer.name(), initializer.dims_size());
-    }
+    graph.ranks = StaticRanks();
     for (const auto& output : graph_.output()) graph.outputs.insert(output.name());
     // The Transposes, Gathers and Constant it adds are default-domain ops: a model that imports only traind's
     // domain (a lone ConvGrad) gets the default domain at the newest opset for them; one older than 9 is left alone.
