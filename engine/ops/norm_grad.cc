@@ -146,6 +146,9 @@ class BatchNormGradKernel final : public Kernel {
                                            : CheckBatchNormGradInputs(*dy, *x, *scale));
     const int64_t batch = shape.batch, channels = shape.channels, row = shape.row;
     const int64_t count = batch * row;
+    // Rows of all channels in memory: channels-last, or NCHW without spatial extent ([N, C] after a Linear), whose
+    // per-(n, c) rows would be single elements.
+    const bool rows_of_channels = channels_last_ || row == 1;
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), "BatchNormalizationGrad", [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
       T *dx = nullptr, *dscale = nullptr, *dbias = nullptr;
@@ -158,10 +161,10 @@ class BatchNormGradKernel final : public Kernel {
       // Per channel: sum (x - shift), sum (x - shift)^2, sum dy, sum dy * (x - shift), statistics around a value of
       // each channel (no cancellation when |mean| >> stddev), its first.
       std::vector<double> moments(static_cast<size_t>(4 * channels), 0.0);
-      for (int64_t c = 0; c < channels; ++c) shifts[c] = channels_last_ ? in[c] : in[c * row];
+      for (int64_t c = 0; c < channels; ++c) shifts[c] = rows_of_channels ? in[c] : in[c * row];
       auto sum_moments = [&] {
         std::fill(moments.begin(), moments.end(), 0.0);
-        if (channels_last_) {
+        if (rows_of_channels) {
           ChannelsLastMoments(in, grad, count, channels, shifts.data(), moments.data(), context);
         } else {
           ChannelsFirstMoments(in, grad, batch, channels, row, shifts.data(), moments.data(), context);
@@ -204,7 +207,7 @@ class BatchNormGradKernel final : public Kernel {
         constants[c] = static_cast<T>(-a * mean_dy - b_coefficient * shifted_mean);
       }
       if (dx == nullptr) return absl::OkStatus();
-      if (channels_last_) {
+      if (rows_of_channels) {
         // Rows of all channels; the channel is the vectorised inner loop.
         const int64_t grain = std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, channels));
         context.threads().ParallelFor(count, grain, [&](int64_t begin, int64_t end) {

@@ -108,7 +108,9 @@ TEST(NormalizationGradTest, LayerNormGradInFloatMatchesFloat64) {
 // BatchNormalizationGrad with channels_last = 1 (X, dY, dX [N, H, W, C]) against the formulas in float64, per channel
 // c = i % C. Channel counts of one vector of lanes, one and a tail, and less than one; enough rows to cross the
 // kernel's flushes and blocks; every third channel near 1000 with its first value far out.
-void ExpectChannelsLastBatchNormGradMatchesFloat64(int64_t channels) {
+// `matrix`: channels_last = 0 on the same values as [rows, C] (the gradient of BatchNorm1d after a Linear), which
+// runs the same rows-of-channels loops.
+void ExpectChannelsLastBatchNormGradMatchesFloat64(int64_t channels, bool matrix = false) {
   const int64_t kBatch = 3, kHeight = 37, kWidth = 41;
   const int64_t rows = kBatch * kHeight * kWidth;
   std::mt19937 generator(11);
@@ -144,13 +146,15 @@ void ExpectChannelsLastBatchNormGradMatchesFloat64(int64_t channels) {
     dscale[c] = static_cast<float>(sum_dy_xhat[c]);
     dbias[c] = static_cast<float>(sum_dy[c]);
   }
+  const std::vector<int64_t> shape =
+      matrix ? std::vector<int64_t>{rows, channels} : std::vector<int64_t>{kBatch, kHeight, kWidth, channels};
   OpTester("BatchNormalizationGrad", kTraindTrainingVersion, kTraindTrainingDomain)
       .AddAttribute("epsilon", static_cast<float>(epsilon))
-      .AddAttribute("channels_last", int64_t{1})
-      .AddInput<float>("dy", {kBatch, kHeight, kWidth, channels}, dy)
-      .AddInput<float>("x", {kBatch, kHeight, kWidth, channels}, x)
+      .AddAttribute("channels_last", int64_t{matrix ? 0 : 1})
+      .AddInput<float>("dy", shape, dy)
+      .AddInput<float>("x", shape, x)
       .AddInput<float>("scale", {channels}, scale)
-      .AddOutput<float>("dx", {kBatch, kHeight, kWidth, channels}, dx)
+      .AddOutput<float>("dx", shape, dx)
       .AddOutput<float>("dscale", {channels}, dscale)
       .AddOutput<float>("db", {channels}, dbias)
       .SetTolerance(2e-5, 2e-5)
@@ -161,6 +165,12 @@ TEST(NormalizationGradTest, ChannelsLastBatchNormGradMatchesFloat64) {
   ExpectChannelsLastBatchNormGradMatchesFloat64(16);
   ExpectChannelsLastBatchNormGradMatchesFloat64(21);
   ExpectChannelsLastBatchNormGradMatchesFloat64(5);
+}
+
+TEST(NormalizationGradTest, MatrixBatchNormGradMatchesFloat64) {
+  ExpectChannelsLastBatchNormGradMatchesFloat64(16, /*matrix=*/true);
+  ExpectChannelsLastBatchNormGradMatchesFloat64(21, /*matrix=*/true);
+  ExpectChannelsLastBatchNormGradMatchesFloat64(5, /*matrix=*/true);
 }
 
 TEST(NormalizationGradTest, ChannelsLastBatchNormGradInDouble) {

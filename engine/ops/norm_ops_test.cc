@@ -86,7 +86,9 @@ TEST(BatchNormalizationTest, TrainingStatisticsStayAccurateForLargeMeansAndLongR
 // ChannelsLastBatchNormalization (X [N, H, W, C]) against the formulas in float64 per channel c = i % C, training
 // and inference mode: channel counts of one vector of lanes, one and a tail, and less than one; every third channel
 // near 5000 (a float E[x^2] - E[x]^2 would lose its variance).
-void ExpectChannelsLastBatchNormMatchesFloat64(int64_t channels) {
+// `matrix`: the plain BatchNormalization (opset 15) on the same values as [rows, C], BatchNorm1d after a Linear,
+// which runs the same rows-of-channels kernel.
+void ExpectChannelsLastBatchNormMatchesFloat64(int64_t channels, bool matrix = false) {
   const int64_t kBatch = 2, kHeight = 29, kWidth = 33;
   const int64_t rows = kBatch * kHeight * kWidth;
   std::vector<float> x(rows * channels), scale(channels), bias(channels), mean_in(channels), var_in(channels);
@@ -117,8 +119,13 @@ void ExpectChannelsLastBatchNormMatchesFloat64(int64_t channels) {
     running_mean[c] = static_cast<float>(mean_in[c] * momentum + mean[c] * (1 - momentum));
     running_var[c] = static_cast<float>(var_in[c] * momentum + var[c] * (1 - momentum));
   }
-  const std::vector<int64_t> shape = {kBatch, kHeight, kWidth, channels};
-  OpTester("ChannelsLastBatchNormalization", kTraindTrainingVersion, kTraindTrainingDomain)
+  const std::vector<int64_t> shape =
+      matrix ? std::vector<int64_t>{rows, channels} : std::vector<int64_t>{kBatch, kHeight, kWidth, channels};
+  auto tester = [&] {
+    return matrix ? OpTester("BatchNormalization", 15)
+                  : OpTester("ChannelsLastBatchNormalization", kTraindTrainingVersion, kTraindTrainingDomain);
+  };
+  tester()
       .AddAttribute("epsilon", static_cast<float>(epsilon))
       .AddAttribute("momentum", static_cast<float>(momentum))
       .AddAttribute("training_mode", int64_t{1})
@@ -132,7 +139,7 @@ void ExpectChannelsLastBatchNormMatchesFloat64(int64_t channels) {
       .AddOutput<float>("running_var", {channels}, running_var)
       .SetTolerance(1e-5, 1e-4)
       .Run();
-  OpTester("ChannelsLastBatchNormalization", kTraindTrainingVersion, kTraindTrainingDomain)
+  tester()
       .AddAttribute("epsilon", static_cast<float>(epsilon))
       .AddInput<float>("x", shape, x)
       .AddInput<float>("scale", {channels}, scale)
@@ -148,6 +155,12 @@ TEST(BatchNormalizationTest, ChannelsLastMatchesFloat64) {
   ExpectChannelsLastBatchNormMatchesFloat64(16);
   ExpectChannelsLastBatchNormMatchesFloat64(21);
   ExpectChannelsLastBatchNormMatchesFloat64(5);
+}
+
+TEST(BatchNormalizationTest, MatrixInputMatchesFloat64) {
+  ExpectChannelsLastBatchNormMatchesFloat64(16, /*matrix=*/true);
+  ExpectChannelsLastBatchNormMatchesFloat64(21, /*matrix=*/true);
+  ExpectChannelsLastBatchNormMatchesFloat64(5, /*matrix=*/true);
 }
 
 TEST(BatchNormalizationTest, ChannelsLastRefusesWhatBatchNormalizationRefuses) {
