@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace traind::engine {
 
@@ -32,28 +33,46 @@ inline float FastErf(float x) {
   return p / q;
 }
 
+// 64-byte vectors of float (and of their bits), for loops GCC does not vectorise by itself.
+typedef float FloatLanes __attribute__((vector_size(64)));
+typedef int32_t Int32Lanes __attribute__((vector_size(64)));
+inline constexpr int kFloatLanes = 16;
+
 // exp(x) for float, branch-free so that loops calling it vectorise (std::exp is a call per element): Cody-Waite
 // reduction x = n ln2 + r, |r| <= ln2/2, Cephes' degree-6 polynomial for exp(r), times 2^n built in the exponent
 // bits. Inputs are clamped to [-87.3, 88.3], where 2^n stays a normal float; max error about 2 ulp
-// (fast_math_test checks it against std::exp).
-inline float FastExp(float x) {
-  x = std::min(88.3f, std::max(-87.3f, x));
+// (fast_math_test checks it against std::exp). NaN gives NaN (a softmax's sum must see it). One body for a float
+// and for FloatLanes (the same operations lane by lane, so both give the same bits).
+template <typename V, typename Bits>
+inline V FastExpOf(V x) {
+  // Compares that keep a NaN (std::max / std::min would turn it into a bound).
+  x = x < -87.3f ? V{} - 87.3f : x;
+  x = x > 88.3f ? V{} + 88.3f : x;
   // n = round(x / ln2) by adding and subtracting 1.5 * 2^23 (no floor call: that blocks vectorisation).
   constexpr float kRound = 12582912.0f;
-  const float n = (x * 1.44269504088896341f + kRound) - kRound;
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
+  V n = (x * 1.44269504088896341f + kRound) - kRound;
+  const V r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  V p = V{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
+  const V y = p * r * r + r + 1.0f;
+  n = n == n ? n : V{};  // NaN converts as 0 (y is NaN already): no undefined conversion
+  Bits bits;
+  if constexpr (std::is_same_v<V, float>) {
+    bits = (static_cast<int32_t>(n) + 127) << 23;
+  } else {
+    bits = (__builtin_convertvector(n, Bits) + 127) << 23;
+  }
+  V scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return y * scale;
 }
+
+inline float FastExp(float x) { return FastExpOf<float, int32_t>(x); }
+inline FloatLanes FastExp(FloatLanes x) { return FastExpOf<FloatLanes, Int32Lanes>(x); }
 
 }  // namespace traind::engine
 

@@ -1,6 +1,7 @@
 #include "engine/ops/fast_math.h"
 
 #include <cmath>
+#include <limits>
 
 #include "gtest/gtest.h"
 
@@ -32,6 +33,7 @@ TEST(FastMathTest, ExpMatchesLibmToAFewUlpOverTheFloatRange) {
   EXPECT_EQ(FastExp(0.0f), 1.0f);
   EXPECT_LT(FastExp(-1000.0f), 1e-37f);  // clamped: tiny, finite, not NaN
   EXPECT_TRUE(std::isfinite(FastExp(1000.0f)));
+  EXPECT_TRUE(std::isnan(FastExp(std::numeric_limits<float>::quiet_NaN())));  // a softmax's sum must see it
 }
 
 }  // namespace

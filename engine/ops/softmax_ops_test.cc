@@ -1,5 +1,6 @@
 // Expected values from numpy (float64): softmax = exp(x - max) / sum, log softmax = x - max - log(sum).
 #include <cmath>
+#include <limits>
 
 #include "engine/testing/float64_reference.h"
 #include "engine/testing/op_tester.h"
@@ -59,6 +60,44 @@ TEST(SoftmaxTest, FloatKernelsAreWithinAFewUlpOfFloat64) {
                                     log_softmax ? 1.0 : 0.0);
         EXPECT_LE(error, log_softmax ? kLogSoftmaxBound : kSoftmaxBound);
       }
+    }
+  }
+}
+
+// Long rows along the last axis (1000 and 37 classes: vectors of 16 and a tail) take the vectorised exp
+// (softmax_slab.h): the same bounds against float64, with wide logits.
+TEST(SoftmaxTest, LongLastAxisRowsAreWithinAFewUlpOfFloat64) {
+  constexpr double kLogSoftmaxBound = 4 * 1.1920929e-7;
+  for (int64_t classes : {1000, 37}) {
+    SCOPED_TRACE(classes);
+    const Tensor x = RandomTensor({5, classes}, -30, 30, 7);
+    OpTester test("LogSoftmax", 13);
+    test.AddInputTensor("x", x).AddAttribute("axis", int64_t{-1}).AddOutputShape("y", DataType::kFloat32, {5, classes});
+    auto y = test.RunRaw();
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_LE(testing::MaxScaledError((*y)[0], testing::SoftmaxFloat64Reference(x, -1, 13, true), 1.0),
+              kLogSoftmaxBound);
+  }
+}
+
+// A NaN anywhere in a row makes the whole row NaN (PyTorch's log_softmax does the same, and a loss over it must
+// come out non-finite); a -inf logit is a -inf log-probability and leaves the others finite.
+TEST(SoftmaxTest, LongRowsPropagateNaNAndKeepMinusInfinity) {
+  std::vector<float> x(2 * 40);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i % 17);
+  x[23] = std::numeric_limits<float>::quiet_NaN();
+  x[40 + 5] = -std::numeric_limits<float>::infinity();
+  OpTester test("LogSoftmax", 13);
+  test.AddInput<float>("x", {2, 40}, x).AddOutputShape("y", DataType::kFloat32, {2, 40});
+  auto y = test.RunRaw();
+  ASSERT_TRUE(y.ok()) << y.status();
+  const float* out = (*y)[0].data<float>();
+  for (int i = 0; i < 40; ++i) EXPECT_TRUE(std::isnan(out[i])) << i;
+  for (int i = 40; i < 80; ++i) {
+    if (i == 45) {
+      EXPECT_EQ(out[i], -std::numeric_limits<float>::infinity());
+    } else {
+      EXPECT_TRUE(std::isfinite(out[i])) << i;
     }
   }
 }
