@@ -74,6 +74,62 @@ inline V FastExpOf(V x) {
 inline float FastExp(float x) { return FastExpOf<float, int32_t>(x); }
 inline FloatLanes FastExp(FloatLanes x) { return FastExpOf<FloatLanes, Int32Lanes>(x); }
 
+// exp(x) over all of float, as the Exp op needs it: +inf above ~88.72, 0 below ~-103.97, subnormal results in
+// between (2^n applied in two halves so that neither leaves the normal range), NaN for NaN; max error about 2 ulp
+// on normal results. FastExp's reduction and polynomial.
+inline float FastExpFullRange(float x) {
+  x = x < -104.0f ? -104.0f : x;
+  x = x > 89.0f ? 89.0f : x;
+  constexpr float kRound = 12582912.0f;
+  float n = (x * 1.44269504088896341f + kRound) - kRound;
+  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  n = n == n ? n : 0.0f;  // NaN converts as 0 (y is NaN already)
+  const int32_t whole = static_cast<int32_t>(n);  // in [-150, 129]
+  const int32_t half = whole / 2;                 // both halves in [-75, 65]: normal powers of two
+  const int32_t low_bits = (half + 127) << 23, high_bits = (whole - half + 127) << 23;
+  float low, high;
+  std::memcpy(&low, &low_bits, sizeof(low));
+  std::memcpy(&high, &high_bits, sizeof(high));
+  return (y * low) * high;
+}
+
+// 1 / (1 + exp(-x)) by the sign, so that exp never overflows: e = exp(-|x|) in (0, 1], then 1 / (1 + e) for
+// x >= 0 and e / (1 + e) below. About 3 ulp; NaN for NaN.
+inline float FastSigmoid(float x) {
+  const float e = FastExpFullRange(-std::fabs(x));
+  const float inverse = 1.0f / (1.0f + e);
+  return x >= 0.0f ? inverse : e * inverse;
+}
+
+// tanh(x) as an odd rational function on [-7.9, 7.9] (outside, tanh is +-1 in float) and x itself below 4e-4 in
+// magnitude (where tanh(x) rounds to x); the minimax fit Eigen uses for its float tanh. A few ulp; NaN for NaN.
+inline float FastTanh(float x) {
+  const float clamped = x < -7.90531110763549805f ? -7.90531110763549805f
+                        : x > 7.90531110763549805f ? 7.90531110763549805f
+                                                    : x;
+  const float x2 = clamped * clamped;
+  float p = -2.76076847742355e-16f;
+  p = p * x2 + 2.00018790482477e-13f;
+  p = p * x2 + -8.60467152213735e-11f;
+  p = p * x2 + 5.12229709037114e-08f;
+  p = p * x2 + 1.48572235717979e-05f;
+  p = p * x2 + 6.37261928875436e-04f;
+  p = p * x2 + 4.89352455891786e-03f;
+  p = p * clamped;
+  float q = 1.19825839466702e-06f;
+  q = q * x2 + 1.18534705686654e-04f;
+  q = q * x2 + 2.26843463243900e-03f;
+  q = q * x2 + 4.89352518554385e-03f;
+  return std::fabs(x) < 0.0004f ? x : p / q;
+}
+
 }  // namespace traind::engine
 
 #endif  // TRAIND_ENGINE_OPS_FAST_MATH_H_

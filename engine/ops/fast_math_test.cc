@@ -36,5 +36,44 @@ TEST(FastMathTest, ExpMatchesLibmToAFewUlpOverTheFloatRange) {
   EXPECT_TRUE(std::isnan(FastExp(std::numeric_limits<float>::quiet_NaN())));  // a softmax's sum must see it
 }
 
+// Every 1021st float of a range against the double function, in ulp of the float result (normal results; the
+// subnormal ones to an absolute 1e-44).
+template <typename Fast, typename Exact>
+double WorstUlp(Fast fast, Exact exact, float from, float to) {
+  double worst = 0;
+  for (float x = from; x < to;) {
+    const double want = exact(static_cast<double>(x));
+    const float got = fast(x);
+    if (std::fabs(static_cast<float>(want)) < std::numeric_limits<float>::min()) {
+      EXPECT_NEAR(got, want, 1e-44) << x;
+    } else {
+      const double ulp = std::ldexp(1.0, std::ilogb(static_cast<float>(want)) - 23);
+      worst = std::max(worst, std::fabs(got - want) / ulp);
+    }
+    for (int k = 0; k < 1021; ++k) x = std::nextafter(x, to);
+  }
+  return worst;
+}
+
+TEST(FastMathTest, ExpFullRangeSigmoidAndTanhAgainstDouble) {
+  EXPECT_LE(WorstUlp(FastExpFullRange, [](double x) { return std::exp(x); }, -110.0f, 90.0f), 2.0);
+  EXPECT_LE(WorstUlp(FastSigmoid, [](double x) { return 1.0 / (1.0 + std::exp(-x)); }, -90.0f, 90.0f), 4.0);
+  EXPECT_LE(WorstUlp(FastTanh, [](double x) { return std::tanh(x); }, -10.0f, 10.0f), 6.0);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(FastExpFullRange(89.0f), inf);  // exp overflows float above ~88.72
+  EXPECT_EQ(FastExpFullRange(inf), inf);
+  EXPECT_EQ(FastExpFullRange(-inf), 0.0f);
+  EXPECT_EQ(FastExpFullRange(-105.0f), 0.0f);
+  EXPECT_GT(FastExpFullRange(-100.0f), 0.0f);  // subnormal, not flushed
+  EXPECT_TRUE(std::isnan(FastExpFullRange(nan)));
+  EXPECT_EQ(FastSigmoid(inf), 1.0f);
+  EXPECT_EQ(FastSigmoid(-inf), 0.0f);
+  EXPECT_TRUE(std::isnan(FastSigmoid(nan)));
+  EXPECT_EQ(FastTanh(inf), 1.0f);
+  EXPECT_EQ(FastTanh(-inf), -1.0f);
+  EXPECT_TRUE(std::signbit(FastTanh(-0.0f)));
+  EXPECT_TRUE(std::isnan(FastTanh(nan)));
+}
+
 }  // namespace
 }  // namespace traind::engine

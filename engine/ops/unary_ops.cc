@@ -13,8 +13,17 @@ namespace {
 struct SqrtOp {
   template <typename T> T operator()(T x) const { return std::sqrt(x); }
 };
+// float Exp, Tanh and Sigmoid run fast_math.h's branch-free forms, which loops vectorise (glibc's expf / tanhf
+// are a call per element: 2.9 / 14.5 ms for a million elements at 2 threads); within a few ulp, same specials.
 struct ExpOp {
-  template <typename T> T operator()(T x) const { return std::exp(x); }
+  template <typename T>
+  T operator()(T x) const {
+    if constexpr (std::is_same_v<T, float>) {
+      return FastExpFullRange(x);
+    } else {
+      return std::exp(x);
+    }
+  }
 };
 struct LogOp {
   template <typename T> T operator()(T x) const { return std::log(x); }
@@ -30,7 +39,14 @@ struct ErfOp {
   }
 };
 struct TanhOp {
-  template <typename T> T operator()(T x) const { return std::tanh(x); }
+  template <typename T>
+  T operator()(T x) const {
+    if constexpr (std::is_same_v<T, float>) {
+      return FastTanh(x);
+    } else {
+      return std::tanh(x);
+    }
+  }
 };
 struct ReciprocalOp {
   template <typename T> T operator()(T x) const { return T(1) / x; }
@@ -52,6 +68,7 @@ struct SigmoidOp {
   // Split by sign so exp never overflows.
   template <typename T>
   T operator()(T x) const {
+    if constexpr (std::is_same_v<T, float>) return FastSigmoid(x);
     if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
     const T e = std::exp(x);
     return e / (T(1) + e);
