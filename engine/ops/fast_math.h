@@ -38,6 +38,24 @@ typedef float FloatLanes __attribute__((vector_size(64)));
 typedef int32_t Int32Lanes __attribute__((vector_size(64)));
 inline constexpr int kFloatLanes = 16;
 
+// x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two so that n ln2 is exact): returns e^r by Cephes' degree-6
+// polynomial and sets *n (a whole number; 0 where x is NaN, whose e^r is NaN). For |x| < 2^22 ln2.
+template <typename V>
+inline V ExpOfRemainder(V x, V* n) {
+  // n = round(x / ln2) by adding and subtracting 1.5 * 2^23 (no floor call: that blocks vectorisation).
+  constexpr float kRound = 12582912.0f;
+  V whole = (x * 1.44269504088896341f + kRound) - kRound;
+  const V r = (x - whole * 0.693359375f) + whole * 2.12194440e-4f;
+  V p = V{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  *n = whole == whole ? whole : V{};  // NaN converts as 0: no undefined conversion
+  return p * r * r + r + 1.0f;
+}
+
 // exp(x) for float, branch-free so that loops calling it vectorise (std::exp is a call per element): Cody-Waite
 // reduction x = n ln2 + r, |r| <= ln2/2, Cephes' degree-6 polynomial for exp(r), times 2^n built in the exponent
 // bits. Inputs are clamped to [-87.3, 88.3], where 2^n stays a normal float; max error about 2 ulp
@@ -48,18 +66,8 @@ inline V FastExpOf(V x) {
   // Compares that keep a NaN (std::max / std::min would turn it into a bound).
   x = x < -87.3f ? V{} - 87.3f : x;
   x = x > 88.3f ? V{} + 88.3f : x;
-  // n = round(x / ln2) by adding and subtracting 1.5 * 2^23 (no floor call: that blocks vectorisation).
-  constexpr float kRound = 12582912.0f;
-  V n = (x * 1.44269504088896341f + kRound) - kRound;
-  const V r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  V p = V{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const V y = p * r * r + r + 1.0f;
-  n = n == n ? n : V{};  // NaN converts as 0 (y is NaN already): no undefined conversion
+  V n;
+  const V y = ExpOfRemainder(x, &n);
   Bits bits;
   if constexpr (std::is_same_v<V, float>) {
     bits = (static_cast<int32_t>(n) + 127) << 23;
@@ -80,17 +88,8 @@ inline FloatLanes FastExp(FloatLanes x) { return FastExpOf<FloatLanes, Int32Lane
 inline float FastExpFullRange(float x) {
   x = x < -104.0f ? -104.0f : x;
   x = x > 89.0f ? 89.0f : x;
-  constexpr float kRound = 12582912.0f;
-  float n = (x * 1.44269504088896341f + kRound) - kRound;
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  n = n == n ? n : 0.0f;  // NaN converts as 0 (y is NaN already)
+  float n;
+  const float y = ExpOfRemainder(x, &n);
   const int32_t whole = static_cast<int32_t>(n);  // in [-150, 129]
   const int32_t half = whole / 2;                 // both halves in [-75, 65]: normal powers of two
   const int32_t low_bits = (half + 127) << 23, high_bits = (whole - half + 127) << 23;
