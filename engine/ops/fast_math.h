@@ -107,8 +107,9 @@ inline float FastSigmoid(float x) {
   return x >= 0.0f ? inverse : e * inverse;
 }
 
-// tanh(x) as an odd rational function on [-7.9, 7.9] (outside, tanh is +-1 in float) and x itself below 4e-4 in
-// magnitude (where tanh(x) rounds to x); the minimax fit Eigen uses for its float tanh. A few ulp; NaN for NaN.
+// tanh(x) as an odd rational function on [-7.9, 7.9] (the fit clamped there up to 9), +-1 from 9 on and x itself
+// below 4e-4 in magnitude (where tanh(x) rounds to x); the minimax fit Eigen uses for its float tanh. A few ulp;
+// NaN for NaN.
 inline float FastTanh(float x) {
   const float clamped = x < -7.90531110763549805f ? -7.90531110763549805f
                         : x > 7.90531110763549805f ? 7.90531110763549805f
@@ -126,7 +127,9 @@ inline float FastTanh(float x) {
   q = q * x2 + 1.18534705686654e-04f;
   q = q * x2 + 2.26843463243900e-03f;
   q = q * x2 + 4.89352518554385e-03f;
-  return std::fabs(x) < 0.0004f ? x : p / q;
+  // From 9 on tanh rounds to +-1; the fit at the clamp can land an ulp below (builds differ in how they round it).
+  const float magnitude = std::fabs(x);
+  return magnitude >= 9.0f ? std::copysign(1.0f, x) : magnitude < 0.0004f ? x : p / q;
 }
 
 }  // namespace traind::engine
