@@ -20,6 +20,14 @@ void AddFloatValue(onnx::ValueInfoProto* info, const std::string& name) {
   type->mutable_shape()->add_dim()->set_dim_param("n");  // Dynamic dim.
 }
 
+// A float value with static dims.
+void AddStaticFloatValue(onnx::ValueInfoProto* info, const std::string& name, const std::vector<int64_t>& dims) {
+  info->set_name(name);
+  auto* type = info->mutable_type()->mutable_tensor_type();
+  type->set_elem_type(onnx::TensorProto::FLOAT);
+  for (int64_t dim : dims) type->mutable_shape()->add_dim()->set_dim_value(dim);
+}
+
 onnx::NodeProto* AddNode(onnx::GraphProto* graph, const char* op, std::vector<std::string> inputs,
                          std::string output) {
   auto* node = graph->add_node();
@@ -227,17 +235,11 @@ onnx::ModelProto GeluModel() {
   model.set_ir_version(8);
   model.add_opset_import()->set_version(13);
   auto* graph = model.mutable_graph();
-  auto add_static = [](onnx::ValueInfoProto* info, const std::string& name, std::vector<int64_t> dims) {
-    info->set_name(name);
-    auto* type = info->mutable_type()->mutable_tensor_type();
-    type->set_elem_type(onnx::TensorProto::FLOAT);
-    for (int64_t dim : dims) type->mutable_shape()->add_dim()->set_dim_value(dim);
-  };
-  add_static(graph->add_input(), "x", {4, 1000});
-  add_static(graph->add_input(), "bias", {1000});
-  add_static(graph->add_output(), "y", {4, 1000});
-  add_static(graph->add_output(), "x_plus_bias", {4, 1000});
-  for (const char* name : {"scaled", "erf", "one_plus", "times_x"}) add_static(graph->add_value_info(), name, {4, 1000});
+  AddStaticFloatValue(graph->add_input(), "x", {4, 1000});
+  AddStaticFloatValue(graph->add_input(), "bias", {1000});
+  AddStaticFloatValue(graph->add_output(), "y", {4, 1000});
+  AddStaticFloatValue(graph->add_output(), "x_plus_bias", {4, 1000});
+  for (const char* name : {"scaled", "erf", "one_plus", "times_x"}) AddStaticFloatValue(graph->add_value_info(), name, {4, 1000});
   auto add_scalar = [&](const char* name, float value) {
     auto* constant = graph->add_initializer();
     constant->set_name(name);
@@ -308,18 +310,12 @@ TEST(RuntimeTest, SumMeanAndReluGradFuseWithBitwiseEqualResults) {
   traind_opset->set_domain(kTraindTrainingDomain);
   traind_opset->set_version(kTraindTrainingVersion);
   auto* graph = model.mutable_graph();
-  auto add_static = [](onnx::ValueInfoProto* info, const std::string& name, std::vector<int64_t> dims) {
-    info->set_name(name);
-    auto* type = info->mutable_type()->mutable_tensor_type();
-    type->set_elem_type(onnx::TensorProto::FLOAT);
-    for (int64_t dim : dims) type->mutable_shape()->add_dim()->set_dim_value(dim);
-  };
-  for (const char* name : {"a", "b", "c", "y"}) add_static(graph->add_input(), name, {3, 1500});
-  add_static(graph->add_input(), "s", {1});
-  add_static(graph->add_output(), "dx", {3, 1500});
-  add_static(graph->add_output(), "z", {3, 1500});
-  add_static(graph->add_value_info(), "summed", {3, 1500});
-  add_static(graph->add_value_info(), "mean", {3, 1500});
+  for (const char* name : {"a", "b", "c", "y"}) AddStaticFloatValue(graph->add_input(), name, {3, 1500});
+  AddStaticFloatValue(graph->add_input(), "s", {1});
+  AddStaticFloatValue(graph->add_output(), "dx", {3, 1500});
+  AddStaticFloatValue(graph->add_output(), "z", {3, 1500});
+  AddStaticFloatValue(graph->add_value_info(), "summed", {3, 1500});
+  AddStaticFloatValue(graph->add_value_info(), "mean", {3, 1500});
   AddNode(graph, "Sum", {"a", "b", "c"}, "summed");
   AddNode(graph, "ReluGrad", {"summed", "y"}, "dx");
   graph->mutable_node(1)->set_domain(kTraindTrainingDomain);
@@ -376,16 +372,10 @@ TEST(RuntimeTest, AValueReadTwiceOrReturnedIsNotFusedAway) {
   model.set_ir_version(8);
   model.add_opset_import()->set_version(13);
   auto* graph = model.mutable_graph();
-  auto add_static = [](onnx::ValueInfoProto* info, const std::string& name) {
-    info->set_name(name);
-    auto* type = info->mutable_type()->mutable_tensor_type();
-    type->set_elem_type(onnx::TensorProto::FLOAT);
-    type->mutable_shape()->add_dim()->set_dim_value(3);
-  };
-  add_static(graph->add_input(), "x");
-  add_static(graph->add_output(), "y");
-  add_static(graph->add_output(), "z");
-  for (const char* name : {"a", "b"}) add_static(graph->add_value_info(), name);
+  AddStaticFloatValue(graph->add_input(), "x", {3});
+  AddStaticFloatValue(graph->add_output(), "y", {3});
+  AddStaticFloatValue(graph->add_output(), "z", {3});
+  for (const char* name : {"a", "b"}) AddStaticFloatValue(graph->add_value_info(), name, {3});
   AddNode(graph, "Exp", {"x"}, "a");
   AddNode(graph, "Neg", {"a"}, "y");
   AddNode(graph, "Abs", {"a"}, "b");
@@ -415,17 +405,11 @@ TEST(RuntimeTest, BatchNormalizationTakesTheReluAndResidualAddAfterItAsItsEpilog
   auto* graph = model.mutable_graph();
   constexpr int64_t kChannels = 21;
   const std::vector<int64_t> dims = {3, 5, 7, kChannels};
-  auto add_static = [](onnx::ValueInfoProto* info, const std::string& name, const std::vector<int64_t>& shape) {
-    info->set_name(name);
-    auto* type = info->mutable_type()->mutable_tensor_type();
-    type->set_elem_type(onnx::TensorProto::FLOAT);
-    for (int64_t dim : shape) type->mutable_shape()->add_dim()->set_dim_value(dim);
-  };
-  for (const char* name : {"x1", "x2", "x3", "x4"}) add_static(graph->add_input(), name, dims);
-  for (const char* name : {"scale", "bias", "mean", "var"}) add_static(graph->add_input(), name, {kChannels});
-  for (const char* name : {"r1", "out", "n4", "r4"}) add_static(graph->add_output(), name, dims);
-  add_static(graph->add_output(), "running_mean1", {kChannels});
-  for (const char* name : {"n1", "n2", "n3", "sum"}) add_static(graph->add_value_info(), name, dims);
+  for (const char* name : {"x1", "x2", "x3", "x4"}) AddStaticFloatValue(graph->add_input(), name, dims);
+  for (const char* name : {"scale", "bias", "mean", "var"}) AddStaticFloatValue(graph->add_input(), name, {kChannels});
+  for (const char* name : {"r1", "out", "n4", "r4"}) AddStaticFloatValue(graph->add_output(), name, dims);
+  AddStaticFloatValue(graph->add_output(), "running_mean1", {kChannels});
+  for (const char* name : {"n1", "n2", "n3", "sum"}) AddStaticFloatValue(graph->add_value_info(), name, dims);
   auto add_norm = [&](const std::string& x, const std::string& y, const std::string& running_mean) {
     onnx::NodeProto* node = AddNode(graph, "ChannelsLastBatchNormalization", {x, "scale", "bias", "mean", "var"}, y);
     node->set_domain(kTraindTrainingDomain);
