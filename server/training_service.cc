@@ -536,10 +536,18 @@ absl::Status TrainingServiceImpl::Step(const Call& call, const v1::TrainStepRequ
   return absl::OkStatus();
 }
 
-grpc::Status TrainingServiceImpl::TrainStep(Context* context, const v1::TrainStepRequest* request,
-                                            v1::TrainStepResponse* response) {
+grpc::Status TrainingServiceImpl::StreamedTrainStep(
+    Context* context, grpc::ServerUnaryStreamer<v1::TrainStepRequest, v1::TrainStepResponse>* streamer) {
   TRAIND_AUTHORIZE(call);
-  if (absl::Status stepped = Step(call, *request, response); !stepped.ok()) return Fail(context, stepped);
+  MessagePool<v1::TrainStepRequest>::Handle request = train_step_requests_.Acquire();
+  // A unary call carries exactly one message; gRPC has already refused one over the size limit.
+  if (!streamer->Read(request.get())) {
+    return Fail(context, absl::InvalidArgumentError("the TrainStep request could not be read or parsed"));
+  }
+  v1::TrainStepResponse response;
+  if (absl::Status stepped = Step(call, *request, &response); !stepped.ok()) return Fail(context, stepped);
+  request.reset();  // back to the pool before the answer goes out, ready for this client's next step
+  streamer->Write(response);
   return grpc::Status::OK;
 }
 

@@ -14,6 +14,7 @@
 #include "server/artifact_store.h"
 #include "server/blob_store.h"
 #include "server/job_manager.h"
+#include "server/message_pool.h"
 #include "server/session_manager.h"
 #include "server/tenant_spaces.h"
 #include "server/tenants.h"
@@ -34,7 +35,10 @@ struct ServiceLimits {
   int64_t memory_budget_bytes = 0;
 };
 
-class TrainingServiceImpl final : public traind::v1::TrainingService::Service {
+// TrainStep is a streamed-unary method (unary on the wire): its handler parses the request into a message of its
+// own pool (message_pool.h) instead of one gRPC allocates per call.
+class TrainingServiceImpl final
+    : public traind::v1::TrainingService::WithStreamedUnaryMethod_TrainStep<traind::v1::TrainingService::Service> {
  public:
   // Everything passed in must outlive the service.
   TrainingServiceImpl(ServiceLimits limits, Tenants* tenants, TenantSpaces* spaces, SessionManager* sessions,
@@ -53,7 +57,8 @@ class TrainingServiceImpl final : public traind::v1::TrainingService::Service {
   grpc::Status ListSessions(Context*, const v1::ListSessionsRequest*, v1::ListSessionsResponse*) override;
   grpc::Status CloseSession(Context*, const v1::CloseSessionRequest*, v1::CloseSessionResponse*) override;
 
-  grpc::Status TrainStep(Context*, const v1::TrainStepRequest*, v1::TrainStepResponse*) override;
+  grpc::Status StreamedTrainStep(Context*,
+                                 grpc::ServerUnaryStreamer<v1::TrainStepRequest, v1::TrainStepResponse>*) override;
   grpc::Status OptimizerStep(Context*, const v1::OptimizerStepRequest*, v1::OptimizerStepResponse*) override;
   grpc::Status LazyResetGrad(Context*, const v1::LazyResetGradRequest*, v1::LazyResetGradResponse*) override;
   grpc::Status Eval(Context*, const v1::EvalRequest*, v1::EvalResponse*) override;
@@ -117,6 +122,9 @@ class TrainingServiceImpl final : public traind::v1::TrainingService::Service {
   // kCachedBatchBytes.
   static constexpr size_t kCachedBatchBytes = size_t{32} << 20;
   std::shared_ptr<engine::BufferPool> batch_buffers_ = engine::BufferPool::Create(kCachedBatchBytes);
+  // TrainStep's request messages, so that their `bytes` fields keep their memory from one step to the next: as
+  // many as steps can be decoded at once without waiting, each up to the size of the cached batches.
+  MessagePool<v1::TrainStepRequest> train_step_requests_{/*max_kept=*/8, /*max_kept_bytes=*/kCachedBatchBytes};
   Tenants* tenants_;
   TenantSpaces* spaces_;
   SessionManager* sessions_;

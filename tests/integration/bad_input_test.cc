@@ -1,6 +1,7 @@
 // Every byte a client sends is hostile until checked: each bad request of the training service gets its precise
 // status (and a message naming the culprit), and the session it aimed at is exactly as it was — parameters,
 // gradients, optimizer step and learning rate. Runs the real daemon over a real socket.
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "engine/core/tensor_bytes.h"
 #include "engine/io/npy.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
@@ -256,6 +258,53 @@ TEST_F(BadInputTest, AMessageOverTheLimitIsResourceExhausted) {
         return Call(*stub_, &Stub::TrainStep, request, &response);
       },
       grpc::RESOURCE_EXHAUSTED, "");
+}
+
+// TrainStep parses its request into a message the daemon reuses from call to call (server/message_pool.h): bytes
+// that are no TrainStepRequest are refused as such, and nothing of one request shows in the next.
+TEST_F(BadInputTest, AnUnparseableTrainStepIsRefusedAndNoRequestLeaksIntoTheNext) {
+  auto send_raw = [this](const std::string& bytes) {
+    grpc::GenericStub stub(grpc::CreateChannel(daemon_->grpc_address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::CompletionQueue queue;
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1);
+    auto call = stub.PrepareUnaryCall(&context, "/traind.v1.TrainingService/TrainStep", request, &queue);
+    call->StartCall();
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    call->Finish(&response, &status, reinterpret_cast<void*>(1));
+    void* tag = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(queue.Next(&tag, &ok));
+    queue.Shutdown();
+    while (queue.Next(&tag, &ok)) {
+    }
+    return status;
+  };
+  // Field 2 (inputs) as a length-delimited value claiming 1000 bytes, followed by 3.
+  ExpectRefused("not a TrainStepRequest", [&] { return send_raw(std::string("\x12\xe8\x07" "abc", 6)); },
+                grpc::INVALID_ARGUMENT, "the TrainStep request could not be read or parsed");
+
+  // A request that fetches an output and only accumulates, then a plain one: the second neither fetches nor
+  // accumulates (its message is the first one's, reused).
+  v1::TrainStepRequest fetching = GoodStep();
+  fetching.add_fetch_outputs("logits");
+  fetching.set_accumulate_only(true);
+  v1::TrainStepResponse response;
+  ASSERT_TRUE(Call(*stub_, &Stub::TrainStep, fetching, &response).ok());
+  EXPECT_EQ(response.outputs_size(), 1);
+  EXPECT_EQ(response.optimizer_step(), 0);
+  ASSERT_TRUE(Call(*stub_, &Stub::TrainStep, GoodStep(), &response).ok());
+  EXPECT_EQ(response.outputs_size(), 0);
+  EXPECT_EQ(response.optimizer_step(), 1);
+  // A request with one input too many (refused), then a good one: the extra input does not linger.
+  v1::TrainStepRequest extra = GoodStep();
+  *extra.add_inputs() = WireTensor("padding", v1::FLOAT32, {2}, std::string(8, '\0'));
+  EXPECT_EQ(Call(*stub_, &Stub::TrainStep, extra, &response).error_code(), grpc::INVALID_ARGUMENT);
+  ASSERT_TRUE(Call(*stub_, &Stub::TrainStep, GoodStep(), &response).ok());
+  EXPECT_EQ(response.optimizer_step(), 2);
 }
 
 TEST_F(BadInputTest, ANonFiniteLossSkipsTheStepAndChangesNoParameter) {

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -111,8 +112,16 @@ std::string RunfilePath(const std::string& workspace_relative_path) {
 }
 
 std::string MakeTempDir(const std::string& name) {
-  const std::string path = absl::StrCat(TestTmpDir(), "/", name, "-", ::getpid(), "-", NextId());
-  std::filesystem::create_directories(path);
+  // mkdtemp: always a new, empty directory. Outside a test (the benchmarks) TestTmpDir() is the shared /tmp, where
+  // a directory named after a reused pid may remain from an earlier run — with a stale ready file in it, which
+  // DaemonProcess::Start then took for the new daemon's.
+  const std::string root = TestTmpDir();
+  std::filesystem::create_directories(root);
+  std::string path = absl::StrCat(root, "/", name, "-", ::getpid(), "-", NextId(), "-XXXXXX");
+  if (mkdtemp(path.data()) == nullptr) {
+    std::perror(("mkdtemp " + path).c_str());
+    std::abort();
+  }
   return path;
 }
 

@@ -16,7 +16,7 @@ namespace traind::testing {
 // Path of a binary built by this workspace, from the test's runfiles ("server/traind").
 std::string RunfilePath(const std::string& workspace_relative_path);
 
-// A fresh directory under $TEST_TMPDIR.
+// A new, empty directory under $TEST_TMPDIR (/tmp outside a test), never one that existed before.
 std::string MakeTempDir(const std::string& name);
 
 // A running traind. Destroying it kills the process if it is still alive.
