@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 namespace traind::engine {
@@ -130,6 +131,60 @@ inline float FastTanh(float x) {
   // From 9 on tanh rounds to +-1; the fit at the clamp can land an ulp below (builds differ in how they round it).
   const float magnitude = std::fabs(x);
   return magnitude >= 9.0f ? std::copysign(1.0f, x) : magnitude < 0.0004f ? x : p / q;
+}
+
+// log(x) for float, branch-free: x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(x) = e ln2 + log(m), log(m) by
+// Cephes' degree-9 polynomial in f = m - 1 (ln2 split in two so that e ln2 adds exactly). Subnormal x is scaled by
+// 2^23 first. log(0) = -inf, log(inf) = inf, NaN for x < 0 and for NaN; about 1 ulp (fast_math_test).
+inline float FastLog(float x) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const bool subnormal = x < std::numeric_limits<float>::min();  // (or zero, or negative: replaced below)
+  const float scaled = subnormal ? x * 8388608.0f : x;
+  int32_t bits;
+  std::memcpy(&bits, &scaled, sizeof(bits));
+  const int32_t exponent = ((bits >> 23) & 0xff) - 126;  // scaled = m 2^exponent with m in [0.5, 1)
+  const int32_t mantissa_bits = (bits & 0x007fffff) | 0x3f000000;
+  float m;
+  std::memcpy(&m, &mantissa_bits, sizeof(m));
+  // Below sqrt(1/2) take 2m and one less in the exponent, so that f is in [-0.293, 0.414).
+  const bool low = m < 0.707106781186547524f;
+  const float f = low ? (m + m) - 1.0f : m - 1.0f;
+  const float e = static_cast<float>(exponent - (low ? 1 : 0)) - (subnormal ? 23.0f : 0.0f);
+  const float z = f * f;
+  float p = 7.0376836292e-2f;
+  p = p * f + -1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f + -1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f + -1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f + -2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  const float y = (p * f * z + e * -2.12194440e-4f) - 0.5f * z;
+  float result = (f + y) + e * 0.693359375f;
+  result = x == kInf ? kInf : result;
+  result = x == 0.0f ? -kInf : result;
+  return x >= 0.0f ? result : std::numeric_limits<float>::quiet_NaN();  // x < 0 or NaN
+}
+
+// exp(x) - 1 without the cancellation near 0: with u = exp(x) rounded, (u - 1) * x / log(u) is exact to a few
+// ulp whatever u's rounding (Kahan's trick), and u - 1 itself where |x| >= 0.5 (no cancellation there) or u is
+// 1. Both are computed and one chosen, so loops vectorise. -1 below about -17, inf above ~88.72, NaN for NaN.
+inline float FastExpm1(float x) {
+  const float u = FastExpFullRange(x);
+  const float u_minus_one = u - 1.0f;
+  const float log_u = FastLog(u);
+  const float compensated = u_minus_one * (x / (log_u != 0.0f ? log_u : 1.0f));  // (unused where log(u) is 0)
+  return std::fabs(x) < 0.5f && u != 1.0f ? compensated : u_minus_one == 0.0f ? x : u_minus_one;
+}
+
+// log(1 + t) for float without losing t where it is small: with w = 1 + t rounded, log(w) minus the rounding
+// ((w - 1) - t) / w (where w rounds to 1 that is log(1) + t = t). Few ulp for t > -1; -inf at -1, NaN below and
+// for NaN.
+inline float FastLog1p(float t) {
+  const float w = 1.0f + t;
+  const float result = FastLog(w) - ((w - 1.0f) - t) / (w > 0.0f ? w : 1.0f);
+  return t == std::numeric_limits<float>::infinity() ? t : result;  // (inf - 1) - inf is NaN
 }
 
 }  // namespace traind::engine

@@ -1,6 +1,8 @@
 #include "engine/ops/fast_math.h"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "gtest/gtest.h"
@@ -82,6 +84,53 @@ TEST(FastMathTest, ExpFullRangeSigmoidAndTanhAgainstDouble) {
   EXPECT_EQ(FastTanh(100.0f), 1.0f);
   EXPECT_TRUE(std::signbit(FastTanh(-0.0f)));
   EXPECT_TRUE(std::isnan(FastTanh(nan)));
+}
+
+// Every 997th positive float (subnormals, all binades, up to the largest finite), against log in double.
+TEST(FastMathTest, LogWithinAnUlpOverAllPositiveFloats) {
+  double worst = 0;
+  for (uint32_t bits = 1; bits < 0x7f800000u; bits += 997) {
+    float x;
+    std::memcpy(&x, &bits, sizeof(x));
+    const double want = std::log(static_cast<double>(x));
+    if (want == 0) {
+      EXPECT_EQ(FastLog(x), 0.0f);
+      continue;
+    }
+    const double ulp = std::ldexp(1.0, std::ilogb(static_cast<float>(want)) - 23);
+    worst = std::max(worst, std::fabs(FastLog(x) - want) / ulp);
+  }
+  EXPECT_LE(worst, 1.5);
+  EXPECT_LE(WorstUlp(FastLog, [](double x) { return std::log(x); }, 1e-38f, 200.0f), 1.5);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(FastLog(1.0f), 0.0f);
+  EXPECT_EQ(FastLog(0.0f), -inf);
+  EXPECT_EQ(FastLog(-0.0f), -inf);
+  EXPECT_EQ(FastLog(inf), inf);
+  EXPECT_TRUE(std::isnan(FastLog(-1.0f)));
+  EXPECT_TRUE(std::isnan(FastLog(-inf)));
+  EXPECT_TRUE(std::isnan(FastLog(nan)));
+  EXPECT_FLOAT_EQ(FastLog(std::numeric_limits<float>::denorm_min()), -103.27893f);
+}
+
+TEST(FastMathTest, Expm1AndLog1pKeepSmallArguments) {
+  // Relative to the result: exp(x) - 1 computed plainly has an error of an ulp of 1 (6e-8) absolute, which near
+  // x = 1e-5 is 6e-3 relative; these stay within a few ulp of their own result.
+  EXPECT_LE(WorstUlp(FastExpm1, [](double x) { return std::expm1(x); }, -20.0f, 88.0f), 4.0);
+  EXPECT_LE(WorstUlp(FastLog1p, [](double x) { return std::log1p(x); }, -0.999f, 100.0f), 4.0);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(FastExpm1(0.0f), 0.0f);
+  EXPECT_EQ(FastExpm1(1e-30f), 1e-30f);
+  EXPECT_EQ(FastExpm1(-inf), -1.0f);
+  EXPECT_EQ(FastExpm1(-100.0f), -1.0f);
+  EXPECT_EQ(FastExpm1(inf), inf);
+  EXPECT_TRUE(std::isnan(FastExpm1(nan)));
+  EXPECT_EQ(FastLog1p(0.0f), 0.0f);
+  EXPECT_EQ(FastLog1p(1e-30f), 1e-30f);
+  EXPECT_EQ(FastLog1p(-1.0f), -inf);
+  EXPECT_EQ(FastLog1p(inf), inf);
+  EXPECT_TRUE(std::isnan(FastLog1p(-2.0f)));
+  EXPECT_TRUE(std::isnan(FastLog1p(nan)));
 }
 
 }  // namespace
