@@ -789,6 +789,20 @@ TEST(GradientBuilderTest, FusedMatMulWithEveryTransposeMatchesFiniteDifferences)
   }
 }
 
+// With a bias (the input a CPU plan folds a Linear's bias Add into): its gradient is dY summed over the rows.
+TEST(GradientBuilderTest, FusedMatMulWithABiasMatchesFiniteDifferences) {
+  ModelBuilder b;
+  b.ImportTraindDomain();
+  b.Input("a", {2, 3, 4});
+  b.Input("b", {5, 4});
+  b.Input("bias", {5});
+  onnx::NodeProto* node = b.Node("FusedMatMul", {"a", "b", "bias"}, "y");
+  node->set_domain(kTraindTrainingDomain);
+  ModelBuilder::IntAttr(node, "transB", 1);
+  AddSquaredSumLoss(b);
+  ExpectGradientsMatchFiniteDifferences(b, {"a", "b", "bias"}, RandomInputs(b, 23, false));
+}
+
 // A GELU-like chain with tanh, x * 0.5 * (1 + tanh(x / sqrt(2))), which no fused rule covers: its gradient needs
 // tanh(...) (Tanh's) and 1 + tanh(...) (Mul's) beside x, but the backward pass recomputes both from x instead of
 // keeping them from the forward pass, and the gradients stay exact.

@@ -346,6 +346,8 @@ onnx::OpSchema FusedMatMulSchema() {
               "operands in place through it instead of materialising Transposes.")
       .Input(0, "A", "Rank >= 2.", "T")
       .Input(1, "B", "Rank >= 2.", "T")
+      .Input(2, "bias", "Optional: Y's last dimension's values (or one value), added to every row; what a CPU plan "
+             "folds a Linear layer's bias Add into.", "T", onnx::OpSchema::Optional)
       .Output(0, "Y", "The product.", "T")
       .Attr("transA", "1: A's last two axes swapped.", onnx::AttributeProto::INT, static_cast<int64_t>(0))
       .Attr("transB", "1: B's last two axes swapped.", onnx::AttributeProto::INT, static_cast<int64_t>(0))

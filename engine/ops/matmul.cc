@@ -189,6 +189,13 @@ class MatMulKernel final : public Kernel {
     const Shape& b_batch = shapes.b_batch;
     const Shape& out_shape = shapes.output;
     TRAIND_RETURN_IF_ERROR(CheckBlasDims(m, n, k));
+    // FusedMatMul's optional bias (engine/runtime/bias_folding.h): n values, or one, added to every row.
+    const Tensor* bias = fused_ ? context.input(2) : nullptr;
+    if (bias != nullptr && (bias->dtype() != a->dtype() || bias->rank() != 1 ||
+                            (bias->num_elements() != n && bias->num_elements() != 1))) {
+      return absl::InvalidArgumentError(absl::StrCat("FusedMatMul: bias ", bias->DebugString(), " must be a vector of ",
+                                                     n, " (or 1) ", DataTypeName(a->dtype()), " values"));
+    }
     const Shape* batch_shapes[] = {&a_batch, &b_batch};
     TRAIND_ASSIGN_OR_RETURN(BroadcastPlan batches, BroadcastPlan::Make(batch_shapes));
     TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, a->dtype(), out_shape));
@@ -214,13 +221,20 @@ class MatMulKernel final : public Kernel {
       const T* a_data = a->data<T>();
       const T* b_data = b->data<T>();
       T* y_data = y->mutable_data<T>();
+      // With a bias every row of Y starts as the bias and the products add to it (beta = 1): one write of Y
+      // instead of a second pass that reads it back (what a separate Add costs). PyTorch's Linear does the same.
+      float beta = 0.0f;
+      if (bias != nullptr) {
+        FillRows(context.threads(), bias->data<T>(), bias->num_elements(), y->num_elements() / n, n, y_data);
+        beta = 1.0f;
+      }
       if (fold_batches_into_rows) {
-        return Gemm<T>(false, tb, a_batches * m, n, k, 1.0f, a_data, lda, b_data, ldb, 0.0f, y_data, n);
+        return Gemm<T>(false, tb, a_batches * m, n, k, 1.0f, a_data, lda, b_data, ldb, beta, y_data, n);
       }
       if (pairs.size() == 1) {
         const BatchPair& pair = pairs.front();
         return Gemm<T>(ta, tb, m, n, k, 1.0f, a_data + pair.a * m * k, lda, b_data + pair.b * k * n, ldb,
-                       0.0f, y_data + pair.out * m * n, n);
+                       beta, y_data + pair.out * m * n, n);
       }
       // Many small GEMMs (attention heads): one thread per group of batches, each GEMM single-threaded
       // (oneDNN's OpenMP region nests inside ours and runs inline).
@@ -229,7 +243,7 @@ class MatMulKernel final : public Kernel {
         for (int64_t i = begin; i < end; ++i) {
           const BatchPair& pair = pairs[i];
           statuses[i] = Gemm<T>(ta, tb, m, n, k, 1.0f, a_data + pair.a * m * k, lda, b_data + pair.b * k * n,
-                                ldb, 0.0f, y_data + pair.out * m * n, n);
+                                ldb, beta, y_data + pair.out * m * n, n);
         }
       });
       for (const absl::Status& status : statuses) TRAIND_RETURN_IF_ERROR(status);
@@ -247,6 +261,21 @@ class MatMulKernel final : public Kernel {
 
   bool fused_ = false;
   MatMulTransposes transposes_;
+
+  // rows x n values: each row is `values` (n of them, or one repeated).
+  template <typename T>
+  static void FillRows(const ThreadPool& threads, const T* values, int64_t count, int64_t rows, int64_t n, T* out) {
+    threads.ParallelFor(rows, std::max<int64_t>(1, kParallelElementThreshold / n), [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        T* out_row = out + row * n;
+        if (count == 1) {
+          std::fill(out_row, out_row + n, values[0]);
+        } else {
+          std::copy(values, values + n, out_row);
+        }
+      }
+    });
+  }
 
   static int64_t ElementCountOrZero(const Shape& shape) {
     int64_t count = 1;
@@ -539,6 +568,10 @@ absl::Status BatchedMatMulGradient(GradientRuleContext& g, MatMulTransposes tran
     std::vector<int64_t> full_shape = batch;
     full_shape.insert(full_shape.end(), b_shape.end() - 2, b_shape.end());
     TRAIND_RETURN_IF_ERROR(g.ReduceToShape(full, full_shape, g.I(1), g.GI(1)));
+  }
+  // FusedMatMul's bias, added to every row: its gradient is dY summed down to the bias's shape.
+  if (g.num_inputs() > 2 && !g.I(2).empty() && g.NeedsGI(2)) {
+    TRAIND_RETURN_IF_ERROR(g.ReduceToShape(g.GO(0), y_shape, g.I(2), g.GI(2)));
   }
   return absl::OkStatus();
 }

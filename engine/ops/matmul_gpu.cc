@@ -23,6 +23,10 @@ class MatMulGpuKernel final : public GpuKernel {
   absl::Status Compute(GpuKernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* a, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* b, context.RequiredInput(1));
+    // Only CPU plans fold a bias Add into the product (engine/runtime/bias_folding.h).
+    if (fused_ && context.input(2) != nullptr) {
+      return absl::UnimplementedError("FusedMatMul with a bias input runs on the CPU executor only");
+    }
     TRAIND_ASSIGN_OR_RETURN(const MatMulShapes shapes,
                             fused_ ? CheckFusedMatMulInputs(*a, *b, transposes_) : CheckMatMulInputs(*a, *b));
     const int64_t m = shapes.m, n = shapes.n, k = shapes.k;

@@ -126,6 +126,46 @@ TEST(FusedMatMulTest, RefusesVectorsMismatchedInnerDimsAndOtherAttributeValues) 
   EXPECT_FALSE(run({7, 5}, {7, 3}, 2).ok());
 }
 
+// FusedMatMul's optional bias (what a CPU plan folds a Linear's bias Add into): the product plus the bias on every
+// row, against MatMul then Add, on each path of the kernel (rows folded, one GEMM, many GEMMs), a bias of N values
+// and of one; a bias of another length is refused, naming it.
+TEST(FusedMatMulTest, ABiasIsAddedToEveryRow) {
+  struct Case {
+    Shape a, b, y;
+  };
+  for (const Case& c : {Case{{5, 7}, {7, 3}, {5, 3}}, Case{{2, 5, 7}, {7, 3}, {2, 5, 3}},
+                        Case{{4, 5, 7}, {4, 7, 3}, {4, 5, 3}}}) {
+    for (int64_t bias_length : {3, 1}) {
+      SCOPED_TRACE(ShapeToString(c.a) + " x " + ShapeToString(c.b) + " bias of " + std::to_string(bias_length));
+      const Tensor a = testing::RandomTensor(c.a, -1, 1, 1), b = testing::RandomTensor(c.b, -1, 1, 2);
+      const Tensor bias = testing::RandomTensor({bias_length}, -1, 1, 3);
+      OpTester product("MatMul", 13);
+      product.AddInputTensor("a", a).AddInputTensor("b", b).AddOutputShape("y", DataType::kFloat32, c.y);
+      absl::StatusOr<std::vector<Tensor>> unbiased = product.RunRaw();
+      ASSERT_TRUE(unbiased.ok()) << unbiased.status();
+      OpTester fused("FusedMatMul", kTraindTrainingVersion, kTraindTrainingDomain);
+      fused.AddInputTensor("a", a).AddInputTensor("b", b).AddInputTensor("bias", bias);
+      fused.AddOutputShape("y", DataType::kFloat32, c.y);
+      absl::StatusOr<std::vector<Tensor>> got = fused.RunRaw();
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ((*got)[0].shape(), c.y);
+      for (int64_t i = 0; i < (*got)[0].num_elements(); ++i) {
+        const float expected = (*unbiased)[0].data<float>()[i] + bias.data<float>()[bias_length == 1 ? 0 : i % 3];
+        EXPECT_NEAR((*got)[0].data<float>()[i], expected, 1e-5) << i;
+      }
+    }
+  }
+  OpTester wrong("FusedMatMul", kTraindTrainingVersion, kTraindTrainingDomain);
+  wrong.AddInputTensor("a", testing::RandomTensor({5, 7}, -1, 1, 1))
+      .AddInputTensor("b", testing::RandomTensor({7, 3}, -1, 1, 2))
+      .AddInputTensor("bias", testing::RandomTensor({4}, -1, 1, 3))
+      .AddOutputShape("y", DataType::kFloat32, {5, 3});
+  absl::StatusOr<std::vector<Tensor>> refused = wrong.RunRaw();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("bias float[4]"), std::string::npos) << refused.status();
+}
+
 TEST(GemmTest, TransposesAlphaBetaAndBroadcastC) {
   OpTester("Gemm", 13).AddAttribute("transA", int64_t{1}).AddAttribute("alpha", 2.0f)
       .AddAttribute("beta", 0.5f)

@@ -17,6 +17,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/model/tensor_proto.h"
 #include "engine/model/traind_schemas.h"
+#include "engine/runtime/bias_folding.h"
 #include "engine/runtime/channels_last.h"
 #include "engine/runtime/fused_elementwise.h"
 #include "engine/runtime/transpose_folding.h"
@@ -71,6 +72,7 @@ class Compiler {
     plan_ = plan.get();
     TRAIND_RETURN_IF_ERROR(AddInitializersAndInputs());
     if (options_.fold_transposes) FoldTransposes();
+    if (options_.fold_bias_adds) FoldBiasAdds();
     if (options_.channels_last) ConvertToChannelsLast();
     TRAIND_ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder());
     for (int index : order) TRAIND_RETURN_IF_ERROR(AddNode(nodes_[index]));
@@ -139,6 +141,26 @@ class Compiler {
     if (FoldTransposesIntoProducts(nodes_, graph) > 0 && !opsets_.contains(kTraindTrainingDomain)) {
       opsets_[kTraindTrainingDomain] = kTraindTrainingVersion;
     }
+  }
+
+  // engine/runtime/bias_folding.h: a Linear layer's bias Add done by its product.
+  void FoldBiasAdds() {
+    BiasFoldingGraph graph;
+    for (const auto* infos : {&graph_.input(), &graph_.output(), &graph_.value_info()}) {
+      for (const auto& info : *infos) {
+        if (!info.type().has_tensor_type() || !info.type().tensor_type().has_shape()) continue;
+        std::vector<int64_t> dims;
+        for (const auto& dim : info.type().tensor_type().shape().dim()) {
+          dims.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+        }
+        graph.dims.emplace(info.name(), std::move(dims));
+      }
+    }
+    for (const auto& initializer : graph_.initializer()) {
+      graph.dims.emplace(initializer.name(), std::vector<int64_t>(initializer.dims().begin(), initializer.dims().end()));
+    }
+    for (const auto& output : graph_.output()) graph.outputs.insert(output.name());
+    if (FoldBiasAddsIntoProducts(nodes_, graph) > 0) opsets_.try_emplace(kTraindTrainingDomain, kTraindTrainingVersion);
   }
 
   // engine/runtime/channels_last.h: activations stay channels-last from one convolution to the next.

@@ -86,6 +86,8 @@ struct CompileOptions {
   // elementwise fusion, only for plans the CPU executor runs: the GPU executor finds each planned node's NodeProto
   // in the model by its outputs, so its plans must keep the model's nodes.
   bool fold_transposes = true;
+  // A Linear layer's bias Add folded into its product (engine/runtime/bias_folding.h); CPU plans only, as above.
+  bool fold_bias_adds = true;
   // Activations channels-last between convolutions (engine/runtime/channels_last.h); CPU plans only, as above.
   bool channels_last = true;
 };

@@ -21,6 +21,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(const onnx::ModelProto&
   // Another executor finds each node in the model by its outputs: plans for it keep the model's nodes as they are.
   compile_options.fuse_elementwise = !options.make_executor;
   compile_options.fold_transposes = !options.make_executor;
+  compile_options.fold_bias_adds = !options.make_executor;
   compile_options.channels_last = options.channels_last && !options.make_executor;
   TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, Compile(model, compile_options));
   MemoryReservation constants;

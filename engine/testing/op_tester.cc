@@ -172,6 +172,7 @@ absl::StatusOr<std::vector<Tensor>> OpTester::RunRaw() {
   CompileOptions compile_options;
   // The GPU executor finds each node in the model by its outputs: its plans keep the model's nodes as they are.
   compile_options.fuse_elementwise = device_ == TestDevice::kCpu;
+  compile_options.fold_bias_adds = device_ == TestDevice::kCpu;
   compile_options.fold_transposes = device_ == TestDevice::kCpu;
   compile_options.channels_last = device_ == TestDevice::kCpu && channels_last_;
   auto plan = Compile(model_, compile_options);
