@@ -171,119 +171,6 @@ absl::Status CheckBlasDims(int64_t m, int64_t n, int64_t k) {
   return absl::OkStatus();
 }
 
-// MatMul, and FusedMatMul when `fused` (operands read transposed in place: lda / ldb are the stored row lengths).
-class MatMulKernel final : public Kernel {
- public:
-  MatMulKernel() = default;
-  explicit MatMulKernel(MatMulTransposes transposes) : fused_(true), transposes_(transposes) {}
-
-  absl::Status Compute(KernelContext& context) const override {
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* a, context.RequiredInput(0));
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* b, context.RequiredInput(1));
-    TRAIND_ASSIGN_OR_RETURN(const MatMulShapes shapes,
-                            fused_ ? CheckFusedMatMulInputs(*a, *b, transposes_) : CheckMatMulInputs(*a, *b));
-    const int64_t m = shapes.m, n = shapes.n, k = shapes.k;
-    const bool ta = transposes_.a, tb = transposes_.b;
-    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
-    const Shape& a_batch = shapes.a_batch;
-    const Shape& b_batch = shapes.b_batch;
-    const Shape& out_shape = shapes.output;
-    TRAIND_RETURN_IF_ERROR(CheckBlasDims(m, n, k));
-    // FusedMatMul's optional bias (engine/runtime/bias_folding.h): n values, or one, added to every row.
-    const Tensor* bias = fused_ ? context.input(2) : nullptr;
-    if (bias != nullptr && (bias->dtype() != a->dtype() || bias->rank() != 1 ||
-                            (bias->num_elements() != n && bias->num_elements() != 1))) {
-      return absl::InvalidArgumentError(absl::StrCat("FusedMatMul: bias ", bias->DebugString(), " must be a vector of ",
-                                                     n, " (or 1) ", DataTypeName(a->dtype()), " values"));
-    }
-    const Shape* batch_shapes[] = {&a_batch, &b_batch};
-    TRAIND_ASSIGN_OR_RETURN(BroadcastPlan batches, BroadcastPlan::Make(batch_shapes));
-    TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, a->dtype(), out_shape));
-    if (y->num_elements() == 0) return absl::OkStatus();
-
-    const int64_t a_batches = ElementCountOrZero(a_batch);
-    // B without batch dims: A's batches and rows are one tall matrix, so one large GEMM replaces many
-    // small ones (the common [batch, seq, d] x [d, e] of transformers).
-    const bool fold_batches_into_rows = b_batch.empty() && !ta;
-    std::vector<BatchPair> pairs;
-    if (!fold_batches_into_rows) {
-      ThreadPool serial(1);
-      batches.ForEachRow(serial, [&](int64_t out_batch, const int64_t* offsets, int64_t count) {
-        for (int64_t i = 0; i < count; ++i) {
-          pairs.push_back({out_batch + i, offsets[0] + i * batches.inner_stride(0),
-                           offsets[1] + i * batches.inner_stride(1)});
-        }
-      });
-    }
-
-    return DispatchAmong<TRAIND_FLOAT_TYPES>(a->dtype(), "MatMul", [&](auto tag) -> absl::Status {
-      using T = typename decltype(tag)::type;
-      const T* a_data = a->data<T>();
-      const T* b_data = b->data<T>();
-      T* y_data = y->mutable_data<T>();
-      // With a bias every row of Y starts as the bias and the products add to it (beta = 1): one write of Y
-      // instead of a second pass that reads it back (what a separate Add costs). PyTorch's Linear does the same.
-      float beta = 0.0f;
-      if (bias != nullptr) {
-        FillRows(context.threads(), bias->data<T>(), bias->num_elements(), y->num_elements() / n, n, y_data);
-        beta = 1.0f;
-      }
-      if (fold_batches_into_rows) {
-        return Gemm<T>(false, tb, a_batches * m, n, k, 1.0f, a_data, lda, b_data, ldb, beta, y_data, n);
-      }
-      if (pairs.size() == 1) {
-        const BatchPair& pair = pairs.front();
-        return Gemm<T>(ta, tb, m, n, k, 1.0f, a_data + pair.a * m * k, lda, b_data + pair.b * k * n, ldb,
-                       beta, y_data + pair.out * m * n, n);
-      }
-      // Many small GEMMs (attention heads): one thread per group of batches, each GEMM single-threaded
-      // (oneDNN's OpenMP region nests inside ours and runs inline).
-      std::vector<absl::Status> statuses(pairs.size());
-      context.threads().ParallelFor(static_cast<int64_t>(pairs.size()), 1, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          const BatchPair& pair = pairs[i];
-          statuses[i] = Gemm<T>(ta, tb, m, n, k, 1.0f, a_data + pair.a * m * k, lda, b_data + pair.b * k * n,
-                                ldb, beta, y_data + pair.out * m * n, n);
-        }
-      });
-      for (const absl::Status& status : statuses) TRAIND_RETURN_IF_ERROR(status);
-      return absl::OkStatus();
-    });
-  }
-
- private:
-  // One GEMM of a batched MatMul: output batch index and the A / B batch indices it reads.
-  struct BatchPair {
-    int64_t out;
-    int64_t a;
-    int64_t b;
-  };
-
-  bool fused_ = false;
-  MatMulTransposes transposes_;
-
-  // rows x n values: each row is `values` (n of them, or one repeated).
-  template <typename T>
-  static void FillRows(const ThreadPool& threads, const T* values, int64_t count, int64_t rows, int64_t n, T* out) {
-    threads.ParallelFor(rows, std::max<int64_t>(1, kParallelElementThreshold / n), [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        T* out_row = out + row * n;
-        if (count == 1) {
-          std::fill(out_row, out_row + n, values[0]);
-        } else {
-          std::copy(values, values + n, out_row);
-        }
-      }
-    });
-  }
-
-  static int64_t ElementCountOrZero(const Shape& shape) {
-    int64_t count = 1;
-    for (int64_t dim : shape) count *= dim;
-    return count;
-  }
-};
-
 // A weight matrix B that is a plan constant (an inference model's weights), prepared once for Y = A * B + bias:
 // oneDNN's inner product with B reordered at compile time into the blocked layout it chose, and an optional bias
 // row, so a run is one primitive on the activations. For the 64 x 784 x 512 layer of an MLP it took 330 us
@@ -377,6 +264,147 @@ class PreparedWeights {
   DnnlPrimitiveCache<Primitive> primitives_;
 };
 
+// MatMul, and FusedMatMul when `fused` (operands read transposed in place: lda / ldb are the stored row lengths).
+class MatMulKernel final : public Kernel {
+ public:
+  MatMulKernel() = default;
+  MatMulKernel(MatMulTransposes transposes, bool has_bias_input)
+      : fused_(true), transposes_(transposes), has_bias_input_(has_bias_input) {}
+
+  // B a constant matrix (an inference model's Linear weight) and the bias, if the node has one, a constant too:
+  // prepared weights with that bias, run on A's batches and rows as one [rows, K] matrix.
+  int64_t PrepareConstants(const std::vector<const Tensor*>& constants) override {
+    const Tensor* b = constants.size() > 1 ? constants[1] : nullptr;
+    const Tensor* bias = constants.size() > 2 ? constants[2] : nullptr;
+    if (b == nullptr || b->rank() != 2 || transposes_.a || (has_bias_input_ && bias == nullptr)) return 0;
+    const int64_t n = transposes_.b ? b->dim(0) : b->dim(1);
+    std::vector<float> bias_row;
+    if (has_bias_input_) {
+      if (bias->dtype() != DataType::kFloat32 || bias->rank() != 1 ||
+          (bias->num_elements() != n && bias->num_elements() != 1)) {
+        return 0;  // Compute refuses it
+      }
+      for (int64_t j = 0; j < n; ++j) bias_row.push_back(bias->data<float>()[bias->num_elements() == 1 ? 0 : j]);
+    }
+    prepared_ = PreparedWeights::Make(*b, transposes_.b, std::move(bias_row));
+    return prepared_ == nullptr ? 0 : prepared_->bytes();
+  }
+
+  absl::Status Compute(KernelContext& context) const override {
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* a, context.RequiredInput(0));
+    TRAIND_ASSIGN_OR_RETURN(const Tensor* b, context.RequiredInput(1));
+    TRAIND_ASSIGN_OR_RETURN(const MatMulShapes shapes,
+                            fused_ ? CheckFusedMatMulInputs(*a, *b, transposes_) : CheckMatMulInputs(*a, *b));
+    const int64_t m = shapes.m, n = shapes.n, k = shapes.k;
+    const bool ta = transposes_.a, tb = transposes_.b;
+    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    const Shape& a_batch = shapes.a_batch;
+    const Shape& b_batch = shapes.b_batch;
+    const Shape& out_shape = shapes.output;
+    TRAIND_RETURN_IF_ERROR(CheckBlasDims(m, n, k));
+    // FusedMatMul's optional bias (engine/runtime/bias_folding.h): n values, or one, added to every row.
+    const Tensor* bias = fused_ ? context.input(2) : nullptr;
+    if (bias != nullptr && (bias->dtype() != a->dtype() || bias->rank() != 1 ||
+                            (bias->num_elements() != n && bias->num_elements() != 1))) {
+      return absl::InvalidArgumentError(absl::StrCat("FusedMatMul: bias ", bias->DebugString(), " must be a vector of ",
+                                                     n, " (or 1) ", DataTypeName(a->dtype()), " values"));
+    }
+    const Shape* batch_shapes[] = {&a_batch, &b_batch};
+    TRAIND_ASSIGN_OR_RETURN(BroadcastPlan batches, BroadcastPlan::Make(batch_shapes));
+    TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, a->dtype(), out_shape));
+    if (y->num_elements() == 0) return absl::OkStatus();
+
+    const int64_t a_batches = ElementCountOrZero(a_batch);
+    // B without batch dims: A's batches and rows are one tall matrix, so one large GEMM replaces many
+    // small ones (the common [batch, seq, d] x [d, e] of transformers).
+    const bool fold_batches_into_rows = b_batch.empty() && !ta;
+    if (prepared_ != nullptr && prepared_->IsFor(*b) && fold_batches_into_rows && a->dtype() == DataType::kFloat32 &&
+        k == prepared_->k()) {
+      TRAIND_ASSIGN_OR_RETURN(bool ran,
+                              prepared_->Run(a->data<float>(), a_batches * m, y->mutable_data<float>(), context));
+      if (ran) return absl::OkStatus();
+    }
+    std::vector<BatchPair> pairs;
+    if (!fold_batches_into_rows) {
+      ThreadPool serial(1);
+      batches.ForEachRow(serial, [&](int64_t out_batch, const int64_t* offsets, int64_t count) {
+        for (int64_t i = 0; i < count; ++i) {
+          pairs.push_back({out_batch + i, offsets[0] + i * batches.inner_stride(0),
+                           offsets[1] + i * batches.inner_stride(1)});
+        }
+      });
+    }
+
+    return DispatchAmong<TRAIND_FLOAT_TYPES>(a->dtype(), "MatMul", [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      const T* a_data = a->data<T>();
+      const T* b_data = b->data<T>();
+      T* y_data = y->mutable_data<T>();
+      // With a bias every row of Y starts as the bias and the products add to it (beta = 1): one write of Y
+      // instead of a second pass that reads it back (what a separate Add costs). PyTorch's Linear does the same.
+      float beta = 0.0f;
+      if (bias != nullptr) {
+        FillRows(context.threads(), bias->data<T>(), bias->num_elements(), y->num_elements() / n, n, y_data);
+        beta = 1.0f;
+      }
+      if (fold_batches_into_rows) {
+        return Gemm<T>(false, tb, a_batches * m, n, k, 1.0f, a_data, lda, b_data, ldb, beta, y_data, n);
+      }
+      if (pairs.size() == 1) {
+        const BatchPair& pair = pairs.front();
+        return Gemm<T>(ta, tb, m, n, k, 1.0f, a_data + pair.a * m * k, lda, b_data + pair.b * k * n, ldb,
+                       beta, y_data + pair.out * m * n, n);
+      }
+      // Many small GEMMs (attention heads): one thread per group of batches, each GEMM single-threaded
+      // (oneDNN's OpenMP region nests inside ours and runs inline).
+      std::vector<absl::Status> statuses(pairs.size());
+      context.threads().ParallelFor(static_cast<int64_t>(pairs.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const BatchPair& pair = pairs[i];
+          statuses[i] = Gemm<T>(ta, tb, m, n, k, 1.0f, a_data + pair.a * m * k, lda, b_data + pair.b * k * n,
+                                ldb, beta, y_data + pair.out * m * n, n);
+        }
+      });
+      for (const absl::Status& status : statuses) TRAIND_RETURN_IF_ERROR(status);
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  // One GEMM of a batched MatMul: output batch index and the A / B batch indices it reads.
+  struct BatchPair {
+    int64_t out;
+    int64_t a;
+    int64_t b;
+  };
+
+  bool fused_ = false;
+  MatMulTransposes transposes_;
+  bool has_bias_input_ = false;
+  std::unique_ptr<const PreparedWeights> prepared_;  // set by PrepareConstants, then read-only
+
+  // rows x n values: each row is `values` (n of them, or one repeated).
+  template <typename T>
+  static void FillRows(const ThreadPool& threads, const T* values, int64_t count, int64_t rows, int64_t n, T* out) {
+    threads.ParallelFor(rows, std::max<int64_t>(1, kParallelElementThreshold / n), [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        T* out_row = out + row * n;
+        if (count == 1) {
+          std::fill(out_row, out_row + n, values[0]);
+        } else {
+          std::copy(values, values + n, out_row);
+        }
+      }
+    });
+  }
+
+  static int64_t ElementCountOrZero(const Shape& shape) {
+    int64_t count = 1;
+    for (int64_t dim : shape) count *= dim;
+    return count;
+  }
+};
+
 class GemmKernel final : public Kernel {
  public:
   // `has_c_input`: the node names a C.
@@ -455,7 +483,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreateMatMulKernel(const KernelInit&) {
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateFusedMatMulKernel(const KernelInit& init) {
   TRAIND_ASSIGN_OR_RETURN(const MatMulTransposes transposes, ParseFusedMatMulAttributes(init));
-  return std::unique_ptr<Kernel>(new MatMulKernel(transposes));
+  return std::unique_ptr<Kernel>(new MatMulKernel(transposes, init.has_input(2)));
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateGemmKernel(const KernelInit& init) {

@@ -239,6 +239,50 @@ TEST(GemmTest, ConstantWeightsArePreparedOnceAndAgreeWithTheGeneralPath) {
   }
 }
 
+// MatMul and FusedMatMul (with and without a bias) whose B is a constant matrix run on prepared weights, A's batches
+// and rows as one matrix: the same results as the general path, and the plan counts the prepared copy. A bias that
+// is an input, a transposed A or batched B are not prepared.
+TEST(MatMulTest, ConstantWeightsArePreparedForBatchesOfRows) {
+  struct Case {
+    const char* op;
+    bool trans_b;
+    int bias;  // 0: none, 1: a constant of N values, 2: a constant of one, 3: an input
+    bool prepared;
+  };
+  const Case cases[] = {{"MatMul", false, 0, true},      {"FusedMatMul", true, 0, true},
+                        {"FusedMatMul", true, 1, true},  {"FusedMatMul", false, 2, true},
+                        {"FusedMatMul", true, 3, false}};
+  const int64_t k = 19, n = 37;
+  const Shape a_shape = {3, 5, k};
+  const std::vector<float> a = Ramp(3 * 5 * k, 0.37f), b = Ramp(n * k, 0.11f), bias = Ramp(n, 1.3f);
+  for (const Case& test : cases) {
+    SCOPED_TRACE(::testing::Message() << test.op << " transB " << test.trans_b << " bias " << test.bias);
+    const int64_t bias_size = test.bias == 2 ? 1 : n;
+    std::vector<float> expected(3 * 5 * n);
+    for (int64_t i = 0; i < 15; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = test.bias == 0 ? 0.0 : bias[j % bias_size];
+        for (int64_t p = 0; p < k; ++p) sum += double{a[i * k + p]} * (test.trans_b ? b[j * k + p] : b[p * n + j]);
+        expected[i * n + j] = static_cast<float>(sum);
+      }
+    }
+    const bool fused = std::string(test.op) == "FusedMatMul";
+    OpTester product = fused ? OpTester(test.op, kTraindTrainingVersion, kTraindTrainingDomain) : OpTester(test.op, 13);
+    if (fused) product.AddAttribute("transB", int64_t{test.trans_b});
+    product.AddInput<float>("a", a_shape, a).AddConstantInput<float>("b", test.trans_b ? Shape{n, k} : Shape{k, n}, b);
+    const std::vector<float> bias_values(bias.begin(), bias.begin() + bias_size);
+    if (test.bias == 1 || test.bias == 2) product.AddConstantInput<float>("bias", {bias_size}, bias_values);
+    if (test.bias == 3) product.AddInput<float>("bias", {bias_size}, bias_values);
+    product.AddOutput<float>("y", {3, 5, n}, expected).SetTolerance(1e-5, 1e-4).Run();
+    absl::StatusOr<std::shared_ptr<const Plan>> plan = Compile(product.model());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    int64_t raw_constant_bytes = 0;
+    for (const auto& [slot, tensor] : (*plan)->constants) raw_constant_bytes += tensor.byte_size();
+    EXPECT_EQ((*plan)->memory.constant_bytes > raw_constant_bytes, test.prepared)
+        << (*plan)->memory.constant_bytes << " bytes counted, " << raw_constant_bytes << " of constants";
+  }
+}
+
 TEST(MatMulTest, IntegerIsUnsupported) {
   auto result = OpTester("MatMul", 13).AddInput<int32_t>("a", {1, 1}, {1})
                     .AddInput<int32_t>("b", {1, 1}, {1}).AddOutput<int32_t>("y", {1, 1}, {1})
