@@ -8,8 +8,8 @@
 // so a client that sends batches of one shape costs no allocation after its first call (as a TrainStream, whose
 // one message object gRPC parses into again and again).
 //
-// Bounded: at most `max_kept` messages wait in the pool, and a message whose memory (SpaceUsedLong, capacities
-// included) is over `max_kept_bytes` is freed rather than kept, so one huge batch does not stay resident.
+// Bounded: at most `max_kept` messages wait in the pool, holding at most `max_kept_bytes` together (SpaceUsedLong,
+// capacities included); a message that does not fit is freed rather than kept, so huge batches do not stay resident.
 #ifndef TRAIND_SERVER_MESSAGE_POOL_H_
 #define TRAIND_SERVER_MESSAGE_POOL_H_
 
@@ -42,7 +42,8 @@ class MessagePool {
     {
       absl::MutexLock lock(&mu_);
       if (!free_.empty()) {
-        message = std::move(free_.back());
+        message = std::move(free_.back().message);
+        kept_bytes_ -= free_.back().bytes;
         free_.pop_back();
       }
     }
@@ -58,18 +59,25 @@ class MessagePool {
  private:
   void Return(Message* raw) {
     std::unique_ptr<Message> message(raw);
-    // Measured before clearing: a cleared message reports the capacity it keeps as well.
-    if (static_cast<size_t>(message->SpaceUsedLong()) > max_kept_bytes_) return;
-    // Empty while it waits (sizes zero; the strings keep their capacity).
+    // Empty while it waits (sizes zero; the strings keep their capacity, which SpaceUsedLong still counts).
     message->Clear();
+    const size_t bytes = static_cast<size_t>(message->SpaceUsedLong());
     absl::MutexLock lock(&mu_);
-    if (free_.size() < max_kept_) free_.push_back(std::move(message));
+    if (free_.size() < max_kept_ && bytes <= max_kept_bytes_ - kept_bytes_) {
+      free_.push_back({std::move(message), bytes});
+      kept_bytes_ += bytes;
+    }
   }
 
+  struct Kept {
+    std::unique_ptr<Message> message;
+    size_t bytes;
+  };
   const size_t max_kept_;
   const size_t max_kept_bytes_;
   mutable absl::Mutex mu_;
-  std::vector<std::unique_ptr<Message>> free_ ABSL_GUARDED_BY(mu_);
+  std::vector<Kept> free_ ABSL_GUARDED_BY(mu_);
+  size_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // <= max_kept_bytes_
 };
 
 }  // namespace traind

@@ -69,5 +69,22 @@ TEST(MessagePoolTest, FreesAMessageOverTheByteBound) {
   EXPECT_EQ(pool.kept(), 0u);
 }
 
+TEST(MessagePoolTest, KeptMessagesShareOneByteBound) {
+  Requests pool(/*max_kept=*/4, /*max_kept_bytes=*/64 * 1024);
+  {
+    Requests::Handle a = pool.Acquire();
+    Requests::Handle b = pool.Acquire();
+    ParseBatchInto(a.get(), 40 * 1024);
+    ParseBatchInto(b.get(), 40 * 1024);
+  }
+  EXPECT_EQ(pool.kept(), 1u);  // two of 40 KB would hold 80 KB
+  {
+    Requests::Handle reused = pool.Acquire();  // the bytes it held leave the count with it
+    Requests::Handle fresh = pool.Acquire();
+    ParseBatchInto(fresh.get(), 1024);
+  }
+  EXPECT_EQ(pool.kept(), 2u);
+}
+
 }  // namespace
 }  // namespace traind

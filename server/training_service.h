@@ -122,8 +122,8 @@ class TrainingServiceImpl final
   // kCachedBatchBytes.
   static constexpr size_t kCachedBatchBytes = size_t{32} << 20;
   std::shared_ptr<engine::BufferPool> batch_buffers_ = engine::BufferPool::Create(kCachedBatchBytes);
-  // TrainStep's request messages, so that their `bytes` fields keep their memory from one step to the next: as
-  // many as steps can be decoded at once without waiting, each up to the size of the cached batches.
+  // TrainStep's request messages, so that their `bytes` fields keep their memory from one step to the next: up to
+  // 8 of them (steps decoded at once), holding as much as the cached batches together.
   MessagePool<v1::TrainStepRequest> train_step_requests_{/*max_kept=*/8, /*max_kept_bytes=*/kCachedBatchBytes};
   Tenants* tenants_;
   TenantSpaces* spaces_;
