@@ -718,6 +718,9 @@ absl::StatusOr<onnx::ModelProto> ConvertForDifferentiation(const onnx::ModelProt
 absl::StatusOr<onnx::ModelProto> BuildGradientModel(const onnx::ModelProto& model,
                                                     const GradientGraphOptions& options) {
   if (model.graph().node_size() == 0) return absl::InvalidArgumentError("the model has no nodes");
+  // Shape inference below must know traind's own ops (FusedMatMul, the gradient kernels) even when no model went
+  // through the loader first in this process (a model built in memory).
+  RegisterTraindSchemas();
   absl::StatusOr<onnx::ModelProto> converted = ConvertForDifferentiation(model);
   if (!converted.ok()) return converted.status();
   return Builder(*std::move(converted), options).Build();
