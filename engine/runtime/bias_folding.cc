@@ -3,15 +3,14 @@
 #include <vector>
 
 #include "engine/model/traind_schemas.h"
+#include "engine/runtime/node_list.h"
 
 namespace traind::engine {
 namespace {
 
-bool IsOnnx(const onnx::NodeProto& node) { return node.domain().empty() || node.domain() == "ai.onnx"; }
-
 // MatMul(A, B), or FusedMatMul(A, B) without a bias, both operands of rank >= 2.
 bool IsFoldableProduct(const onnx::NodeProto& node, const BiasFoldingGraph& graph) {
-  const bool matmul = IsOnnx(node) && node.op_type() == "MatMul";
+  const bool matmul = IsOnnxNode(node) && node.op_type() == "MatMul";
   const bool fused = node.domain() == kTraindTrainingDomain && node.op_type() == "FusedMatMul";
   if (!(matmul || fused) || node.input_size() != 2 || node.output_size() != 1) return false;
   for (const std::string& operand : node.input()) {
@@ -48,7 +47,7 @@ int FoldBiasAddsIntoProducts(std::vector<onnx::NodeProto>& nodes, const BiasFold
   int folded = 0;
   for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
     const onnx::NodeProto& add = nodes[i];
-    if (!IsOnnx(add) || add.op_type() != "Add" || add.input_size() != 2 || add.output_size() != 1) continue;
+    if (!IsOnnxNode(add) || add.op_type() != "Add" || add.input_size() != 2 || add.output_size() != 1) continue;
     for (int side = 0; side < 2; ++side) {
       const std::string& product_value = add.input(side);
       const std::string& bias = add.input(1 - side);
@@ -63,7 +62,7 @@ int FoldBiasAddsIntoProducts(std::vector<onnx::NodeProto>& nodes, const BiasFold
       if (n < 0 || StaticLastDim(graph, product_value) != n) continue;
       // The fused node takes the Add's place in the list (the compiler orders the nodes afterwards anyway).
       onnx::NodeProto fused = product;
-      if (IsOnnx(fused)) {
+      if (IsOnnxNode(fused)) {
         fused.set_op_type("FusedMatMul");
         fused.set_domain(kTraindTrainingDomain);
         fused.clear_attribute();
@@ -76,13 +75,7 @@ int FoldBiasAddsIntoProducts(std::vector<onnx::NodeProto>& nodes, const BiasFold
       break;
     }
   }
-  if (folded == 0) return 0;
-  std::vector<onnx::NodeProto> kept;
-  kept.reserve(nodes.size() - folded);
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (!removed[i]) kept.push_back(std::move(nodes[i]));
-  }
-  nodes = std::move(kept);
+  if (folded > 0) EraseRemovedNodes(nodes, removed);
   return folded;
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/model/traind_schemas.h"
+#include "engine/runtime/node_list.h"
 
 namespace traind::engine {
 namespace {
@@ -15,7 +16,6 @@ constexpr char kChannelsLastSuffix[] = "/channels_last";
 
 enum class Role { kOther, kConv, kConvGrad, kBatchNorm, kBatchNormGrad, kMaxPool, kMaxPoolGrad, kElementwise };
 
-bool IsOnnx(const onnx::NodeProto& node) { return node.domain().empty() || node.domain() == "ai.onnx"; }
 bool IsTraind(const onnx::NodeProto& node) { return node.domain() == kTraindTrainingDomain; }
 
 // Elementwise ops whose result, for operands all permuted alike, is the permuted result (broadcasting included).
@@ -23,7 +23,7 @@ bool IsElementwise(const onnx::NodeProto& node) {
   static const auto* const kOnnx = new absl::flat_hash_set<std::string>{
       "Abs", "Add", "Clip", "Div", "Identity", "LeakyRelu", "Max", "Min", "Mul", "Neg", "Relu", "Sigmoid", "Sub", "Sum",
       "Tanh"};
-  if (IsOnnx(node)) return kOnnx->contains(node.op_type());
+  if (IsOnnxNode(node)) return kOnnx->contains(node.op_type());
   return IsTraind(node) && node.op_type() == "ReluGrad";
 }
 
@@ -127,7 +127,7 @@ class ChannelsLastPass {
       if (IsTraind(node) && (node.op_type() == "ConvGrad" || node.op_type() == "BatchNormalizationGrad" ||
                              node.op_type() == "MaxPoolGrad")) {
         if (node.input_size() > 1) rank = RankOf(node.input(1));
-      } else if (IsOnnx(node) &&
+      } else if (IsOnnxNode(node) &&
                  (node.op_type() == "Conv" || node.op_type() == "BatchNormalization" || node.op_type() == "MaxPool")) {
         if (node.input_size() > 0) rank = RankOf(node.input(0));
       } else if (IsElementwise(node)) {
@@ -147,8 +147,8 @@ class ChannelsLastPass {
 
   Role RoleOf(const onnx::NodeProto& node) const {
     auto rank4 = [&](int slot) { return node.input_size() > slot && RankOf(node.input(slot)) == 4; };
-    if (IsOnnx(node) && node.op_type() == "Conv") return rank4(0) ? Role::kConv : Role::kOther;
-    if (IsOnnx(node) && node.op_type() == "BatchNormalization") {
+    if (IsOnnxNode(node) && node.op_type() == "Conv") return rank4(0) ? Role::kConv : Role::kOther;
+    if (IsOnnxNode(node) && node.op_type() == "BatchNormalization") {
       // Spatial statistics (opset >= 9); before opset 14 only the inference form exists.
       const bool training_outputs = node.output_size() > 1;
       if (graph_.onnx_opset < 9 || (graph_.onnx_opset < 14 && training_outputs)) return Role::kOther;
@@ -161,7 +161,7 @@ class ChannelsLastPass {
       return rank4(0) && rank4(1) && !ChannelsLastAlready(node) ? Role::kBatchNormGrad : Role::kOther;
     }
     // MaxPool without its Indices output (whose values are NCHW offsets).
-    if (IsOnnx(node) && node.op_type() == "MaxPool") {
+    if (IsOnnxNode(node) && node.op_type() == "MaxPool") {
       const bool indices = node.output_size() > 1 && !node.output(1).empty();
       return rank4(0) && !indices ? Role::kMaxPool : Role::kOther;
     }
@@ -255,11 +255,11 @@ class ChannelsLastPass {
         }
         if (!produced_channels_last.contains(value)) continue;
         // A channels-last value read in NCHW order.
-        if (IsOnnx(node) && node.op_type() == "Size") {
+        if (IsOnnxNode(node) && node.op_type() == "Size") {
           node.set_input(slot, renamed);  // Same element count.
           continue;
         }
-        if (IsOnnx(node) && node.op_type() == "Shape" && FindAttribute(node, "start") == nullptr &&
+        if (IsOnnxNode(node) && node.op_type() == "Shape" && FindAttribute(node, "start") == nullptr &&
             FindAttribute(node, "end") == nullptr && node.output_size() == 1) {
           // Shape of the channels-last value, its dims gathered back into NCHW order.
           node.set_input(slot, renamed);

@@ -117,22 +117,35 @@ class Compiler {
     return absl::OkStatus();
   }
 
-  // engine/runtime/transpose_folding.h: matrix Transposes read in place by the products around them.
-  // The rank of every value the graph states one for (inputs, outputs, value_info, initializers); the first
-  // statement of a name wins.
-  absl::flat_hash_map<std::string, int> StaticRanks() const {
-    absl::flat_hash_map<std::string, int> ranks;
+  // The static dims (-1 where symbolic or unknown) of every value the graph states a shape for (inputs, outputs,
+  // value_info, initializers); the first statement of a name wins.
+  absl::flat_hash_map<std::string, std::vector<int64_t>> StaticDims() const {
+    absl::flat_hash_map<std::string, std::vector<int64_t>> dims;
     for (const auto* infos : {&graph_.input(), &graph_.output(), &graph_.value_info()}) {
       for (const auto& info : *infos) {
-        if (info.type().has_tensor_type() && info.type().tensor_type().has_shape()) {
-          ranks.emplace(info.name(), info.type().tensor_type().shape().dim_size());
+        if (!info.type().has_tensor_type() || !info.type().tensor_type().has_shape() || dims.contains(info.name())) {
+          continue;
+        }
+        std::vector<int64_t>& value_dims = dims[info.name()];
+        for (const auto& dim : info.type().tensor_type().shape().dim()) {
+          value_dims.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
         }
       }
     }
-    for (const auto& initializer : graph_.initializer()) ranks.emplace(initializer.name(), initializer.dims_size());
+    for (const auto& initializer : graph_.initializer()) {
+      dims.emplace(initializer.name(), std::vector<int64_t>(initializer.dims().begin(), initializer.dims().end()));
+    }
+    return dims;
+  }
+
+  // Their ranks (transpose folding and the channels-last pass need no more).
+  absl::flat_hash_map<std::string, int> StaticRanks() const {
+    absl::flat_hash_map<std::string, int> ranks;
+    for (const auto& [name, dims] : StaticDims()) ranks.emplace(name, static_cast<int>(dims.size()));
     return ranks;
   }
 
+  // engine/runtime/transpose_folding.h: matrix Transposes read in place by the products around them.
   void FoldTransposes() {
     TransposeFoldingGraph graph;
     graph.ranks = StaticRanks();
@@ -146,19 +159,7 @@ class Compiler {
   // engine/runtime/bias_folding.h: a Linear layer's bias Add done by its product.
   void FoldBiasAdds() {
     BiasFoldingGraph graph;
-    for (const auto* infos : {&graph_.input(), &graph_.output(), &graph_.value_info()}) {
-      for (const auto& info : *infos) {
-        if (!info.type().has_tensor_type() || !info.type().tensor_type().has_shape()) continue;
-        std::vector<int64_t> dims;
-        for (const auto& dim : info.type().tensor_type().shape().dim()) {
-          dims.push_back(dim.has_dim_value() ? dim.dim_value() : -1);
-        }
-        graph.dims.emplace(info.name(), std::move(dims));
-      }
-    }
-    for (const auto& initializer : graph_.initializer()) {
-      graph.dims.emplace(initializer.name(), std::vector<int64_t>(initializer.dims().begin(), initializer.dims().end()));
-    }
+    graph.dims = StaticDims();
     for (const auto& output : graph_.output()) graph.outputs.insert(output.name());
     if (FoldBiasAddsIntoProducts(nodes_, graph) > 0) opsets_.try_emplace(kTraindTrainingDomain, kTraindTrainingVersion);
   }

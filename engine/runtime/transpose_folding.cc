@@ -6,11 +6,10 @@
 
 #include "engine/model/traind_schemas.h"
 #include "engine/runtime/kernel.h"
+#include "engine/runtime/node_list.h"
 
 namespace traind::engine {
 namespace {
-
-bool IsOnnx(const onnx::NodeProto& node) { return node.domain().empty() || node.domain() == "ai.onnx"; }
 
 // transA / transB as the kernels read them (typed), when 0 or 1; nullopt otherwise (mistyped or another value: the
 // node is left as it is, for its kernel to judge).
@@ -36,7 +35,7 @@ void SetIntAttribute(onnx::NodeProto& node, const std::string& name, int64_t val
 
 // A Transpose of a matrix: perm absent or [1, 0], of a value of rank 2 (known, or a Gemm's result).
 bool IsMatrixTranspose(const onnx::NodeProto& node, const TransposeFoldingGraph& graph, bool of_gemm) {
-  if (!IsOnnx(node) || node.op_type() != "Transpose" || node.input_size() != 1 || node.output_size() != 1) {
+  if (!IsOnnxNode(node) || node.op_type() != "Transpose" || node.input_size() != 1 || node.output_size() != 1) {
     return false;
   }
   auto rank = graph.ranks.find(node.input(0));
@@ -56,10 +55,10 @@ bool CanReadTransposed(const onnx::NodeProto& reader, const std::string& value, 
   if (uses != 1) return false;
   const int position = reader.input(0) == value ? 0 : reader.input_size() > 1 && reader.input(1) == value ? 1 : -1;
   if (position < 0) return false;
-  if (IsOnnx(reader) && reader.op_type() == "MatMul") {
+  if (IsOnnxNode(reader) && reader.op_type() == "MatMul") {
     return reader.input_size() == 2 && RankOf(graph, reader.input(1 - position)) >= 2;
   }
-  const bool flagged_product = (IsOnnx(reader) && reader.op_type() == "Gemm") ||
+  const bool flagged_product = (IsOnnxNode(reader) && reader.op_type() == "Gemm") ||
                                (reader.domain() == kTraindTrainingDomain && reader.op_type() == "FusedMatMul");
   return flagged_product && TransposeFlag(reader, position == 0 ? "transA" : "transB").has_value();
 }
@@ -68,7 +67,7 @@ void ReadTransposed(onnx::NodeProto& reader, const std::string& value, const std
   const int position = reader.input(0) == value ? 0 : 1;
   reader.set_input(position, source);
   const char* attribute = position == 0 ? "transA" : "transB";
-  if (IsOnnx(reader) && reader.op_type() == "MatMul") {
+  if (IsOnnxNode(reader) && reader.op_type() == "MatMul") {
     reader.set_op_type("FusedMatMul");
     reader.set_domain(kTraindTrainingDomain);
     reader.clear_attribute();
@@ -98,7 +97,7 @@ int FoldTransposesIntoProducts(std::vector<onnx::NodeProto>& nodes, const Transp
     const std::string source = transpose.input(0);
     const std::string result = transpose.output(0);
     auto made_by = producer.find(source);
-    const bool of_gemm = made_by != producer.end() && IsOnnx(nodes[made_by->second]) &&
+    const bool of_gemm = made_by != producer.end() && IsOnnxNode(nodes[made_by->second]) &&
                          nodes[made_by->second].op_type() == "Gemm" && !removed[made_by->second];
     if (!IsMatrixTranspose(transpose, graph, of_gemm)) continue;
 
@@ -136,13 +135,7 @@ int FoldTransposesIntoProducts(std::vector<onnx::NodeProto>& nodes, const Transp
     removed[t] = true;
     ++folded;
   }
-  if (folded == 0) return 0;
-  std::vector<onnx::NodeProto> kept;
-  kept.reserve(nodes.size() - folded);
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (!removed[i]) kept.push_back(std::move(nodes[i]));
-  }
-  nodes = std::move(kept);
+  if (folded > 0) EraseRemovedNodes(nodes, removed);
   return folded;
 }
 

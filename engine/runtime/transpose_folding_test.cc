@@ -6,36 +6,16 @@
 
 #include "engine/core/tensor.h"
 #include "engine/model/traind_schemas.h"
-#include "engine/runtime/cpu_executor.h"
 #include "engine/runtime/plan.h"
-#include "engine/runtime/session.h"
+#include "engine/runtime/plan_test_util.h"
 #include "gtest/gtest.h"
 
 namespace traind::engine {
 namespace {
 
-void AddValue(onnx::ValueInfoProto* info, const std::string& name, const std::vector<int64_t>& dims) {
-  info->set_name(name);
-  auto* type = info->mutable_type()->mutable_tensor_type();
-  type->set_elem_type(onnx::TensorProto::FLOAT);
-  for (int64_t dim : dims) type->mutable_shape()->add_dim()->set_dim_value(dim);
-}
-
-onnx::NodeProto Node(const std::string& op, std::vector<std::string> inputs, const std::string& output,
-                     std::vector<std::pair<std::string, int64_t>> attributes = {}) {
-  onnx::NodeProto node;
-  node.set_op_type(op);
-  node.set_name(output);
-  for (const auto& input : inputs) node.add_input(input);
-  node.add_output(output);
-  for (const auto& [name, value] : attributes) {
-    auto* attribute = node.add_attribute();
-    attribute->set_name(name);
-    attribute->set_type(onnx::AttributeProto::INT);
-    attribute->set_i(value);
-  }
-  return node;
-}
+using testing::AddFloatValue;
+using testing::MakeNode;
+using testing::SineValues;
 
 // y = x W^T (MatMul of the transposed weight), dx = dy W (a Gemm reading the transposed weight transposed again),
 // dW = (x^T dy)^T (the weight gradient made transposed, then transposed back): what train steps of a Linear run.
@@ -44,11 +24,11 @@ onnx::ModelProto LinearTrainingModel() {
   model.set_ir_version(8);
   model.add_opset_import()->set_version(17);
   onnx::GraphProto* graph = model.mutable_graph();
-  AddValue(graph->add_input(), "x", {6, 4, 5});
-  AddValue(graph->add_input(), "W", {3, 5});
-  AddValue(graph->add_input(), "dy", {24, 3});
-  AddValue(graph->add_input(), "x_rows", {24, 5});
-  *graph->add_node() = Node("Transpose", {"W"}, "Wt", {});
+  AddFloatValue(graph->add_input(), "x", {6, 4, 5});
+  AddFloatValue(graph->add_input(), "W", {3, 5});
+  AddFloatValue(graph->add_input(), "dy", {24, 3});
+  AddFloatValue(graph->add_input(), "x_rows", {24, 5});
+  *graph->add_node() = MakeNode("Transpose", {"W"}, "Wt", {});
   graph->mutable_node(0)->add_attribute()->CopyFrom([] {
     onnx::AttributeProto perm;
     perm.set_name("perm");
@@ -57,20 +37,14 @@ onnx::ModelProto LinearTrainingModel() {
     perm.add_ints(0);
     return perm;
   }());
-  *graph->add_node() = Node("MatMul", {"x", "Wt"}, "y");
-  *graph->add_node() = Node("Gemm", {"dy", "Wt"}, "dx_rows", {{"transB", 1}});
-  *graph->add_node() = Node("Gemm", {"x_rows", "dy"}, "dWt", {{"transA", 1}});
-  *graph->add_node() = Node("Transpose", {"dWt"}, "dW");
-  AddValue(graph->add_output(), "y", {6, 4, 3});
-  AddValue(graph->add_output(), "dx_rows", {24, 5});
-  AddValue(graph->add_output(), "dW", {3, 5});
+  *graph->add_node() = MakeNode("MatMul", {"x", "Wt"}, "y");
+  *graph->add_node() = MakeNode("Gemm", {"dy", "Wt"}, "dx_rows", {{"transB", 1}});
+  *graph->add_node() = MakeNode("Gemm", {"x_rows", "dy"}, "dWt", {{"transA", 1}});
+  *graph->add_node() = MakeNode("Transpose", {"dWt"}, "dW");
+  AddFloatValue(graph->add_output(), "y", {6, 4, 3});
+  AddFloatValue(graph->add_output(), "dx_rows", {24, 5});
+  AddFloatValue(graph->add_output(), "dW", {3, 5});
   return model;
-}
-
-Tensor Values(const Shape& shape, float scale) {
-  std::vector<float> values(DimProduct(shape, 0, shape.size()));
-  for (size_t i = 0; i < values.size(); ++i) values[i] = scale * std::sin(0.7f * static_cast<float>(i) + scale);
-  return *Tensor::FromVector<float>(shape, values);
 }
 
 TEST(TransposeFoldingTest, ALinearLayersTransposesAreReadInPlaceWithTheSameResults) {
@@ -85,32 +59,18 @@ TEST(TransposeFoldingTest, ALinearLayersTransposesAreReadInPlaceWithTheSameResul
   EXPECT_EQ(op_types, (std::vector<std::string>{"FusedMatMul", "Gemm", "Gemm"}));
   EXPECT_EQ((*unfolded)->nodes.size(), 5u);
 
-  const NamedTensors inputs = {{"x", Values({6, 4, 5}, 1.0f)},
-                               {"W", Values({3, 5}, 0.5f)},
-                               {"dy", Values({24, 3}, 2.0f)},
-                               {"x_rows", Values({24, 5}, 1.5f)}};
-  Session folded_session(*folded, std::make_unique<CpuExecutor>());
-  Session unfolded_session(*unfolded, std::make_unique<CpuExecutor>());
-  auto folded_outputs = folded_session.Run(inputs);
-  auto unfolded_outputs = unfolded_session.Run(inputs);
-  ASSERT_TRUE(folded_outputs.ok()) << folded_outputs.status();
-  ASSERT_TRUE(unfolded_outputs.ok()) << unfolded_outputs.status();
-  ASSERT_EQ(folded_outputs->size(), 3u);
-  for (size_t output = 0; output < 3; ++output) {
-    const Tensor& a = (*folded_outputs)[output].second;
-    const Tensor& b = (*unfolded_outputs)[output].second;
-    ASSERT_EQ(a.shape(), b.shape()) << output;
-    for (int64_t i = 0; i < a.num_elements(); ++i) {
-      EXPECT_NEAR(a.data<float>()[i], b.data<float>()[i], 1e-5 * (1 + std::fabs(b.data<float>()[i])))
-          << (*folded_outputs)[output].first << "[" << i << "]";
-    }
-  }
+  const NamedTensors inputs = {{"x", SineValues({6, 4, 5}, 1.0f)},
+                               {"W", SineValues({3, 5}, 0.5f)},
+                               {"dy", SineValues({24, 3}, 2.0f)},
+                               {"x_rows", SineValues({24, 5}, 1.5f)}};
+  const NamedTensors folded_outputs = testing::ExpectSameOutputs(*folded, *unfolded, inputs, 1e-5);
+  ASSERT_EQ(folded_outputs.size(), 3u);
   // dW by definition, for one element: sum over rows r of dy[r, 1] * x_rows[r, 2].
   double expected = 0;
   for (int r = 0; r < 24; ++r) {
     expected += inputs[2].second.data<float>()[r * 3 + 1] * inputs[3].second.data<float>()[r * 5 + 2];
   }
-  EXPECT_NEAR((*folded_outputs)[2].second.data<float>()[1 * 5 + 2], expected, 1e-4);
+  EXPECT_NEAR(folded_outputs[2].second.data<float>()[1 * 5 + 2], expected, 1e-4);
 }
 
 TransposeFoldingGraph MatrixGraph() {
@@ -128,41 +88,41 @@ TEST(TransposeFoldingTest, TransposesThatAreNotOnlyReadByProductsStay) {
     return FoldTransposesIntoProducts(nodes, g);
   };
   // Folded: read by MatMul and Gemm.
-  EXPECT_EQ(folds({Node("Transpose", {"W"}, "Wt"), Node("MatMul", {"x3", "Wt"}, "y"),
-                   Node("Gemm", {"dy", "Wt"}, "z", {{"transB", 1}})},
+  EXPECT_EQ(folds({MakeNode("Transpose", {"W"}, "Wt"), MakeNode("MatMul", {"x3", "Wt"}, "y"),
+                   MakeNode("Gemm", {"dy", "Wt"}, "z", {{"transB", 1}})},
                   graph),
             1);
   // Read by something else too.
-  EXPECT_EQ(folds({Node("Transpose", {"W"}, "Wt"), Node("MatMul", {"x", "Wt"}, "y"), Node("Relu", {"Wt"}, "r")},
+  EXPECT_EQ(folds({MakeNode("Transpose", {"W"}, "Wt"), MakeNode("MatMul", {"x", "Wt"}, "y"), MakeNode("Relu", {"Wt"}, "r")},
                   graph),
             0);
   // A graph output.
   TransposeFoldingGraph with_output = graph;
   with_output.outputs.insert("Wt");
-  EXPECT_EQ(folds({Node("Transpose", {"W"}, "Wt"), Node("MatMul", {"x", "Wt"}, "y")}, with_output), 0);
+  EXPECT_EQ(folds({MakeNode("Transpose", {"W"}, "Wt"), MakeNode("MatMul", {"x", "Wt"}, "y")}, with_output), 0);
   // A constant: constant folding transposes it once instead.
   TransposeFoldingGraph constant = graph;
   constant.constants.insert("W");
-  EXPECT_EQ(folds({Node("Transpose", {"W"}, "Wt"), Node("MatMul", {"x", "Wt"}, "y")}, constant), 0);
+  EXPECT_EQ(folds({MakeNode("Transpose", {"W"}, "Wt"), MakeNode("MatMul", {"x", "Wt"}, "y")}, constant), 0);
   // MatMul with a vector: no FusedMatMul for it.
-  EXPECT_EQ(folds({Node("Transpose", {"W"}, "Wt"), Node("MatMul", {"v", "Wt"}, "y")}, graph), 0);
+  EXPECT_EQ(folds({MakeNode("Transpose", {"W"}, "Wt"), MakeNode("MatMul", {"v", "Wt"}, "y")}, graph), 0);
   // Read twice by one product (W^T W^T).
-  EXPECT_EQ(folds({Node("Transpose", {"W"}, "Wt"), Node("MatMul", {"Wt", "Wt"}, "y")}, graph), 0);
+  EXPECT_EQ(folds({MakeNode("Transpose", {"W"}, "Wt"), MakeNode("MatMul", {"Wt", "Wt"}, "y")}, graph), 0);
   // Not a matrix transpose.
-  EXPECT_EQ(folds({Node("Transpose", {"T3"}, "Wt"), Node("MatMul", {"x3", "Wt"}, "y")}, graph), 0);
+  EXPECT_EQ(folds({MakeNode("Transpose", {"T3"}, "Wt"), MakeNode("MatMul", {"x3", "Wt"}, "y")}, graph), 0);
   // A Gemm with C, then transposed: (AB + C)^T is not a Gemm of the swapped operands.
-  EXPECT_EQ(folds({Node("Gemm", {"x", "dy", "c"}, "G"), Node("Transpose", {"G"}, "Z"), Node("Relu", {"Z"}, "r")},
+  EXPECT_EQ(folds({MakeNode("Gemm", {"x", "dy", "c"}, "G"), MakeNode("Transpose", {"G"}, "Z"), MakeNode("Relu", {"Z"}, "r")},
                   graph),
             0);
   // A flag the Gemm kernel would not read as 0 / 1 (a string here): left for the kernel to refuse, not rewritten.
-  onnx::NodeProto mistyped = Node("Gemm", {"dy", "Wt"}, "z");
+  onnx::NodeProto mistyped = MakeNode("Gemm", {"dy", "Wt"}, "z");
   auto* flag = mistyped.add_attribute();
   flag->set_name("transB");
   flag->set_type(onnx::AttributeProto::STRING);
   flag->set_s("yes");
-  EXPECT_EQ(folds({Node("Transpose", {"W"}, "Wt"), mistyped}, graph), 0);
+  EXPECT_EQ(folds({MakeNode("Transpose", {"W"}, "Wt"), mistyped}, graph), 0);
   // A Gemm whose result is read elsewhere as well.
-  EXPECT_EQ(folds({Node("Gemm", {"x", "dy"}, "G"), Node("Transpose", {"G"}, "Z"), Node("Relu", {"G"}, "r")},
+  EXPECT_EQ(folds({MakeNode("Gemm", {"x", "dy"}, "G"), MakeNode("Transpose", {"G"}, "Z"), MakeNode("Relu", {"G"}, "r")},
                   graph),
             0);
 }
