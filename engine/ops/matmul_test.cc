@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "engine/model/traind_schemas.h"
 #include "engine/runtime/plan.h"
 #include "engine/testing/op_tester.h"
@@ -164,6 +166,60 @@ TEST(FusedMatMulTest, ABiasIsAddedToEveryRow) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("bias float[4]"), std::string::npos) << refused.status();
+}
+
+// A Linear layer's product in training, Y = A * B^T + bias with B an input stored [N, K] (FusedMatMul transB with
+// A's batches folded into rows, Gemm transB with C a row of N), runs oneDNN's matmul primitive
+// (TransposedWeightProduct): against a float64 product, for one row up to an MLP layer's 64 x 784 x 512, with a bias
+// of N values, of one value and none, and for Gemm with C as [N] and [1, N], beta 1 and beta 0.
+TEST(FusedMatMulTest, ATransposedWeightMatchesAFloat64Product) {
+  struct Case {
+    Shape a;
+    int64_t n;
+    int64_t bias_length;  // 0: no bias
+  };
+  for (const Case& c : {Case{{1, 9}, 5, 5}, Case{{3, 4, 40}, 24, 24}, Case{{3, 4, 40}, 24, 1}, Case{{7, 33}, 17, 0},
+                        Case{{64, 784}, 512, 512}}) {
+    SCOPED_TRACE(ShapeToString(c.a) + " x [" + std::to_string(c.n) + ", K]^T, bias of " +
+                 std::to_string(c.bias_length));
+    const int64_t k = c.a.back(), rows = Tensor::Allocate(DataType::kFloat32, c.a)->num_elements() / k;
+    const Tensor a = testing::RandomTensor(c.a, -1, 1, 1), b = testing::RandomTensor({c.n, k}, -1, 1, 2);
+    const Tensor bias = testing::RandomTensor({std::max<int64_t>(c.bias_length, 1)}, -1, 1, 3);
+    Shape y_shape = c.a;
+    y_shape.back() = c.n;
+    std::vector<float> expected(rows * c.n);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double sum = c.bias_length == 0 ? 0.0 : bias.data<float>()[c.bias_length == 1 ? 0 : j];
+        for (int64_t p = 0; p < k; ++p) sum += double{a.data<float>()[i * k + p]} * b.data<float>()[j * k + p];
+        expected[i * c.n + j] = static_cast<float>(sum);
+      }
+    }
+    OpTester fused("FusedMatMul", kTraindTrainingVersion, kTraindTrainingDomain);
+    fused.AddInputTensor("a", a).AddInputTensor("b", b).AddAttribute("transB", int64_t{1});
+    if (c.bias_length > 0) fused.AddInputTensor("bias", bias);
+    // float32 sums of K products of values in [-1, 1] drift from the float64 sum by ~sqrt(K) roundings; a wrong
+    // operand layout is off by O(1).
+    const double atol = 5e-6 * std::sqrt(static_cast<double>(k));
+    fused.AddOutput<float>("y", y_shape, expected).SetTolerance(1e-5, atol).Run();
+    if (c.a.size() != 2) continue;
+    for (const Shape& c_shape : {Shape{c.n}, Shape{1, c.n}}) {
+      for (const float beta : {1.0f, 0.0f}) {
+        if (c.bias_length != c.n && beta != 0.0f) continue;
+        std::vector<float> gemm_expected = expected;
+        if (beta == 0.0f && c.bias_length > 0) {
+          for (int64_t i = 0; i < rows * c.n; ++i) gemm_expected[i] -= bias.data<float>()[i % c.n];
+        }
+        SCOPED_TRACE(::testing::Message() << "Gemm, C " << ShapeToString(c_shape) << " beta " << beta);
+        OpTester gemm("Gemm", 13);
+        gemm.AddAttribute("transB", int64_t{1}).AddAttribute("beta", beta).AddInputTensor("a", a)
+            .AddInputTensor("b", b);
+        if (c.bias_length == c.n) gemm.AddInput<float>("c", c_shape, std::vector<float>(bias.data<float>(),
+                                                                                      bias.data<float>() + c.n));
+        gemm.AddOutput<float>("y", {rows, c.n}, gemm_expected).SetTolerance(1e-5, atol).Run();
+      }
+    }
+  }
 }
 
 TEST(GemmTest, TransposesAlphaBetaAndBroadcastC) {
