@@ -158,10 +158,10 @@ class BatchNormGradKernel final : public Kernel {
       const T* gamma = scale->data<T>();
       const double n = static_cast<double>(count);
       std::vector<T> shifts(static_cast<size_t>(channels));
-      // Per channel: sum (x - shift), sum (x - shift)^2, sum dy, sum dy * (x - shift), statistics around a value of
-      // each channel (no cancellation when |mean| >> stddev), its first.
+      // Per channel: sum (x - shift), sum (x - shift)^2, sum dy, sum dy * (x - shift), statistics around a value
+      // near the channel's mean (no cancellation when |mean| >> stddev): SampledChannelShifts.
       std::vector<double> moments(static_cast<size_t>(4 * channels), 0.0);
-      for (int64_t c = 0; c < channels; ++c) shifts[c] = rows_of_channels ? in[c] : in[c * row];
+      SampledChannelShifts<T>(in, count, channels, rows_of_channels, row, shifts.data());
       auto sum_moments = [&] {
         std::fill(moments.begin(), moments.end(), 0.0);
         if (rows_of_channels) {
@@ -171,7 +171,7 @@ class BatchNormGradKernel final : public Kernel {
         }
       };
       sum_moments();
-      // A first value far out in its channel (more than 2 standard deviations from the mean) leaves the sums
+      // A shift far out in its channel (more than 2 standard deviations from the mean) leaves the sums
       // dominated by the shift, and dScale = sum(dy * (x - shift)) - mean * sum(dy) cancels most of their bits:
       // then once more, every channel shifted by its mean.
       bool shift_far_out = false;

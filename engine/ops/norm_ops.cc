@@ -331,8 +331,8 @@ class BatchNormKernel final : public Kernel {
 //
 // A channel's elements lie C apart, so both passes walk the input row by row ([.., C] rows of all channels) with the
 // channel as the vectorised inner loop. The statistics are summed per fixed block of rows (independent of the thread
-// count; row_statistics.h), shifted by the channel's first value, and the blocks added in order in double: the
-// result does not depend on how the blocks were spread over threads.
+// count; row_statistics.h), shifted by a sampled mean of each channel (SampledChannelShifts), and the blocks added in
+// order in double: the result does not depend on how the blocks were spread over threads.
 
 class ChannelsLastBatchNormKernel final : public Kernel {
  public:
@@ -375,7 +375,7 @@ class ChannelsLastBatchNormKernel final : public Kernel {
       } else {
         TRAIND_ASSIGN_OR_RETURN(Tensor * running_mean, context.AllocateOutput(1, x->dtype(), params[2]->shape()));
         TRAIND_ASSIGN_OR_RETURN(Tensor * running_var, context.AllocateOutput(2, x->dtype(), params[3]->shape()));
-        for (int64_t c = 0; c < channels; ++c) centers[c] = in[c];  // A value of each channel (rows > 0 here).
+        SampledChannelShifts<T>(in, rows, channels, /*channels_last=*/true, 1, centers.data());  // rows > 0 here
         const int64_t rows_per_block = ChannelsLastRowsPerBlock(channels);
         const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
         const double count = static_cast<double>(rows);
@@ -396,8 +396,8 @@ class ChannelsLastBatchNormKernel final : public Kernel {
           }
         };
         sum_statistics();
-        // A first value far out in its channel (more than 2 standard deviations from the mean) would leave
-        // E[d^2] - E[d]^2 to cancel most of its bits: then once more, every channel centred on its mean.
+        // A shift far out in its channel (more than 2 standard deviations from the mean) would leave E[d^2] - E[d]^2
+        // to cancel most of its bits: then once more, every channel centred on its mean.
         bool center_far_out = false;
         for (int64_t c = 0; c < channels; ++c) {
           const double shifted_mean = sums[c] / count;

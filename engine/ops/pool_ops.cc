@@ -421,14 +421,8 @@ class ChannelsLastMaxPoolKernel final : public Kernel {
       const T* in = x->data<T>();
       T* out = y->mutable_data<T>();
       context.threads().ParallelFor(batch, 1, [&](int64_t begin, int64_t end) {
-        std::vector<T> best(static_cast<size_t>(channels));
-        std::vector<int64_t> best_offsets(static_cast<size_t>(channels));
         for (int64_t n = begin; n < end; ++n) {
-          T* image_y = out + n * out_size;
-          ChannelsLastMaxWindows<T>(window, channels, in + n * in_size, best.data(), best_offsets.data(),
-                                    [&](int64_t position, const T* values, const int64_t*) {
-                                      std::copy_n(values, channels, image_y + position * channels);
-                                    });
+          ChannelsLastMaxValues<T>(window, channels, in + n * in_size, out + n * out_size);
         }
       });
       return absl::OkStatus();

@@ -124,6 +124,57 @@ void ChannelsLastMaxWindows(const Window3& w, int64_t channels, const T* __restr
   }
 }
 
+// ChannelsLastMaxWindows' maxima without their positions (the forward pass has no use for them): the same rule,
+// written straight into `out` ([OH, OW, C]). Without the int64 offsets the inner loop is one compare-and-blend per
+// vector of channels instead of three; MaxPool over cnn's 32- and 64-channel maps ran 2-3x faster.
+template <typename T>
+void ChannelsLastMaxValues(const Window3& w, int64_t channels, const T* __restrict image, T* __restrict out) {
+  // The common 2x2 window of stride 2 with every tap inside (no padding): the four taps of a window are two
+  // adjacent positions of two adjacent rows, with no tap arithmetic per window.
+  if (w.kernel[1] == 2 && w.kernel[2] == 2 && w.strides[1] == 2 && w.strides[2] == 2 && w.dilations[1] == 1 &&
+      w.dilations[2] == 1 && w.pad_begin[1] == 0 && w.pad_begin[2] == 0 && 2 * w.output[1] <= w.input[1] &&
+      2 * w.output[2] <= w.input[2]) {
+    const int64_t row = w.input[2] * channels;
+    for (int64_t oh = 0; oh < w.output[1]; ++oh) {
+      const T* __restrict top = image + 2 * oh * row;
+      const T* __restrict bottom = top + row;
+      for (int64_t ow = 0; ow < w.output[2]; ++ow, out += channels, top += 2 * channels, bottom += 2 * channels) {
+        for (int64_t c = 0; c < channels; ++c) {
+          T best = top[c];
+          best = top[channels + c] > best ? top[channels + c] : best;
+          best = bottom[c] > best ? bottom[c] : best;
+          out[c] = bottom[channels + c] > best ? bottom[channels + c] : best;
+        }
+      }
+    }
+    return;
+  }
+  for (int64_t oh = 0; oh < w.output[1]; ++oh) {
+    int64_t h0, h1;
+    TapRange(oh, w.strides[1], w.pad_begin[1], w.kernel[1], w.dilations[1], 0, w.input[1], &h0, &h1);
+    for (int64_t ow = 0; ow < w.output[2]; ++ow, out += channels) {
+      int64_t w0, w1;
+      TapRange(ow, w.strides[2], w.pad_begin[2], w.kernel[2], w.dilations[2], 0, w.input[2], &w0, &w1);
+      const int64_t sh = oh * w.strides[1] - w.pad_begin[1];
+      const int64_t sw = ow * w.strides[2] - w.pad_begin[2];
+      bool first = true;
+      for (int64_t kh = h0; kh < h1; ++kh) {
+        const int64_t ih = sh + kh * w.dilations[1];
+        for (int64_t kw = w0; kw < w1; ++kw) {
+          const T* __restrict tap = image + (ih * w.input[2] + sw + kw * w.dilations[2]) * channels;
+          if (first) {
+            std::copy_n(tap, channels, out);
+            first = false;
+            continue;
+          }
+          for (int64_t c = 0; c < channels; ++c) out[c] = tap[c] > out[c] ? tap[c] : out[c];
+        }
+      }
+      if (first) std::fill_n(out, channels, std::numeric_limits<T>::lowest());
+    }
+  }
+}
+
 }  // namespace traind::engine
 
 #endif  // TRAIND_ENGINE_OPS_POOL_WINDOW_H_

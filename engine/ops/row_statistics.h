@@ -89,6 +89,29 @@ void ShiftedRowStatistics(const T* __restrict p, int64_t n, T* shift, double* sh
   *variance = std::max(0.0, var);
 }
 
+// Per channel, a shift for the one-pass statistics below: the mean of up to 64 of the channel's values, at positions
+// picked across the tensor by a multiplicative hash. `positions` (> 0) values per channel: channels-last, value p of
+// channel c is x[p * channels + c]; channels-first ([batch, channels, row], positions = batch * row), x[(p / row *
+// channels + c) * row + p % row]. Close enough to the mean that the callers' check (shift more than 2 standard
+// deviations out: sum again around the mean) rarely fires. A channel's first value, the shift before, is a corner
+// pixel that padding makes atypical: it was that far out in some channel of most convolutions' outputs, and every
+// BatchNormalization and its gradient summed their inputs twice (evenly spaced samples fail the same way when the
+// spacing is a multiple of the image: the same pixel of every image).
+template <typename T>
+void SampledChannelShifts(const T* x, int64_t positions, int64_t channels, bool channels_last, int64_t row,
+                          T* shifts) {
+  const int64_t samples = std::min<int64_t>(positions, 64);
+  for (int64_t c = 0; c < channels; ++c) {
+    double sum = 0;
+    for (int64_t s = 0; s < samples; ++s) {
+      const int64_t p = static_cast<int64_t>((static_cast<uint64_t>(s) * 0x9E3779B97F4A7C15ull) %
+                                             static_cast<uint64_t>(positions));
+      sum += static_cast<double>(channels_last ? x[p * channels + c] : x[(p / row * channels + c) * row + p % row]);
+    }
+    shifts[c] = static_cast<T>(sum / static_cast<double>(samples));
+  }
+}
+
 // Channels-last moments: rows [first, last) of a [rows, channels] matrix x (and dy, when given), per channel c with
 // d = x - shift[c]: moments[c] += sum d, moments[channels + c] += sum d^2 and, with dy, moments[2 * channels + c] +=
 // sum dy, moments[3 * channels + c] += sum dy * d. A channel's values lie `channels` apart, so the channels are the
