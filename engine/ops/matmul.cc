@@ -270,13 +270,21 @@ class PreparedWeights {
 // every call (180 KB for 64 x 784 x 512, 530 KB for 1024 x 512 x 128); past the process's fixed 128 KiB mmap
 // threshold (ConfigureProcessAllocator) that is a fresh mapping each call, 45-133 page faults of ~1.5 us on a VM.
 // One thread, Zen 5: 64 x 784 x 512 with bias 225 us against sgemm's 305 us; 1024 x 512 x 128 527 us against 775.
+//
+// Only for products of 2^21 multiply-adds and up: the primitive opens an OpenMP region for any size, where sgemm
+// keeps a small product on the calling thread, and small products (linreg's 256 x 10 x 1, a classifier's last layer)
+// then woke and spun the team's other thread on every call — 2 and 4 daemon sessions of linreg stepping at once fell
+// to 0.75x and 0.51x the steps/s of one. sgemm's packing buffer is small for them anyway.
 class TransposedWeightProduct {
  public:
-  // False (nothing written) where oneDNN has no implementation for these shapes: the caller's sgemm runs.
-  // `bias` null or N values.
+  static constexpr int64_t kMinMultiplyAdds = int64_t{1} << 21;
+
+  // False (nothing written) for a product below kMinMultiplyAdds, or where oneDNN has no implementation for these
+  // shapes: the caller's sgemm runs. `bias` null or N values.
   absl::StatusOr<bool> Run(const float* a, int64_t rows, const float* b, int64_t n, int64_t k, const float* bias,
                            float* y, KernelContext& context) const {
     using dnnl::memory;
+    if (rows * n * k < kMinMultiplyAdds) return false;
     TRAIND_ASSIGN_OR_RETURN(
         std::shared_ptr<const Primitive> plan,
         primitives_.GetOrCreate({rows, n, k, bias != nullptr}, [&] {

@@ -169,9 +169,10 @@ TEST(FusedMatMulTest, ABiasIsAddedToEveryRow) {
 }
 
 // A Linear layer's product in training, Y = A * B^T + bias with B an input stored [N, K] (FusedMatMul transB with
-// A's batches folded into rows, Gemm transB with C a row of N), runs oneDNN's matmul primitive
-// (TransposedWeightProduct): against a float64 product, for one row up to an MLP layer's 64 x 784 x 512, with a bias
-// of N values, of one value and none, and for Gemm with C as [N] and [1, N], beta 1 and beta 0.
+// A's batches folded into rows, Gemm transB with C a row of N), runs oneDNN's matmul primitive from 2^21
+// multiply-adds up and sgemm below (TransposedWeightProduct): against a float64 product on both sides of that line,
+// from one row to an MLP layer's 64 x 784 x 512, with a bias of N values, of one value (sgemm) and none, and for Gemm
+// with C as [N] and [1, N], beta 1 and beta 0.
 TEST(FusedMatMulTest, ATransposedWeightMatchesAFloat64Product) {
   struct Case {
     Shape a;
@@ -179,6 +180,7 @@ TEST(FusedMatMulTest, ATransposedWeightMatchesAFloat64Product) {
     int64_t bias_length;  // 0: no bias
   };
   for (const Case& c : {Case{{1, 9}, 5, 5}, Case{{3, 4, 40}, 24, 24}, Case{{3, 4, 40}, 24, 1}, Case{{7, 33}, 17, 0},
+                        Case{{2, 128, 96}, 96, 96}, Case{{2, 128, 96}, 96, 0}, Case{{2, 128, 96}, 96, 1},
                         Case{{64, 784}, 512, 512}}) {
     SCOPED_TRACE(ShapeToString(c.a) + " x [" + std::to_string(c.n) + ", K]^T, bias of " +
                  std::to_string(c.bias_length));
