@@ -72,6 +72,9 @@ ABSL_FLAG(double, min_time, 3.0, "Seconds of timed steps, at least.");
 ABSL_FLAG(bool, channels_last, true,
           "Activations channels-last between convolutions (engine/runtime/channels_last.h); --nochannels_last "
           "measures what that brings.");
+ABSL_FLAG(int64_t, memory_budget, 0,
+          "Bytes the Module may hold at once (ModuleOptions::memory_budget_bytes; the daemon's sessions have half the "
+          "machine's memory); 0: unlimited.");
 ABSL_FLAG(bool, profile, false, "Also print the time per op type (forward / backward) and optimizer, profiled.");
 ABSL_FLAG(int, profile_nodes, 0, "With --profile, also print the N slowest nodes, with their inputs.");
 ABSL_FLAG(std::string, dump, "", "Directory for losses.npy, grads/*.npy (first step), params/*.npy (final).");
@@ -236,6 +239,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(int threads) {
   ModuleOptions module_options;
   module_options.num_threads = threads;
   module_options.channels_last = absl::GetFlag(FLAGS_channels_last);
+  module_options.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget);
   ReportPhase("checkpoint state");
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device != "cpu") {

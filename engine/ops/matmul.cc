@@ -284,7 +284,8 @@ class TransposedWeightProduct {
   absl::StatusOr<bool> Run(const float* a, int64_t rows, const float* b, int64_t n, int64_t k, const float* bias,
                            float* y, KernelContext& context) const {
     using dnnl::memory;
-    if (rows * n * k < kMinMultiplyAdds) return false;
+    // In double: three dims below 2^31 each (CheckBlasDims) can overflow an int64 product.
+    if (static_cast<double>(rows) * static_cast<double>(n) * static_cast<double>(k) < kMinMultiplyAdds) return false;
     TRAIND_ASSIGN_OR_RETURN(
         std::shared_ptr<const Primitive> plan,
         primitives_.GetOrCreate({rows, n, k, bias != nullptr}, [&] {
