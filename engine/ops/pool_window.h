@@ -74,15 +74,12 @@ void PackRowPairs(const Window3& w, const T* x, int64_t first, int64_t pairs, T*
   }
 }
 
-// Channels-last max pooling of one image [H, W, C] (2-D windows: w.input[0] == 1, all output[0] == 1): for every
-// output position, per channel the first maximum of its window in row-major tap order (PoolReference's rule: the
-// first tap, then strictly greater; no tap at all leaves lowest()), the channels as the inner, vectorised loop.
-// Calls visit(output_position, best, best_offsets) with `channels` values each; best_offsets[c] is the input
-// position (ih * W + iw) of channel c's maximum, or -1 without a tap. `best` / `best_offsets` are scratch of
-// `channels` elements.
-template <typename T, typename Visit>
-void ChannelsLastMaxWindows(const Window3& w, int64_t channels, const T* __restrict image, T* __restrict best,
-                            int64_t* __restrict best_offsets, Visit visit) {
+// The taps of every 2-D window (w.input[0] == 1, all output[0] == 1), output positions in row-major order and each
+// window's taps in row-major order: tap(position, offset, first) per tap, offset = ih * W + iw its input position
+// and `first` true for the window's first tap; then done(position, any) once the window's taps are through (any:
+// the window had a tap).
+template <typename Tap, typename Done>
+void ForEachWindowTap(const Window3& w, Tap tap, Done done) {
   int64_t position = 0;
   for (int64_t oh = 0; oh < w.output[1]; ++oh) {
     int64_t h0, h1;
@@ -96,32 +93,54 @@ void ChannelsLastMaxWindows(const Window3& w, int64_t channels, const T* __restr
       for (int64_t kh = h0; kh < h1; ++kh) {
         const int64_t ih = sh + kh * w.dilations[1];
         for (int64_t kw = w0; kw < w1; ++kw) {
-          const int64_t offset = ih * w.input[2] + sw + kw * w.dilations[2];
-          const T* __restrict tap = image + offset * channels;
-          if (first) {
-            for (int64_t c = 0; c < channels; ++c) {
-              best[c] = tap[c];
-              best_offsets[c] = offset;
-            }
-            first = false;
-            continue;
-          }
-          for (int64_t c = 0; c < channels; ++c) {
-            const bool greater = tap[c] > best[c];
-            best[c] = greater ? tap[c] : best[c];
-            best_offsets[c] = greater ? offset : best_offsets[c];
-          }
+          tap(position, ih * w.input[2] + sw + kw * w.dilations[2], first);
+          first = false;
         }
       }
-      if (first) {
-        for (int64_t c = 0; c < channels; ++c) {
-          best[c] = std::numeric_limits<T>::lowest();
-          best_offsets[c] = -1;
-        }
-      }
-      visit(position, static_cast<const T*>(best), static_cast<const int64_t*>(best_offsets));
+      done(position, !first);
     }
   }
+}
+
+// Channels-last max pooling of one image [H, W, C] (2-D windows: w.input[0] == 1, all output[0] == 1): for every
+// output position, per channel the first maximum of its window in row-major tap order (PoolReference's rule: the
+// first tap, then strictly greater; no tap at all leaves lowest()), the channels as the inner, vectorised loop.
+// Calls visit(output_position, best, best_offsets) with `channels` values each; best_offsets[c] is the input
+// position (ih * W + iw) of channel c's maximum, or -1 without a tap. `best` / `best_offsets` are scratch of
+// `channels` elements.
+template <typename T, typename Visit>
+void ChannelsLastMaxWindows(const Window3& w, int64_t channels, const T* __restrict image, T* __restrict best,
+                            int64_t* __restrict best_offsets, Visit visit) {
+  ForEachWindowTap(
+      w,
+      [&](int64_t, int64_t offset, bool first) {
+        // Local restrict pointers: through the captured references GCC assumes they may alias and blends slower.
+        const T* __restrict tap = image + offset * channels;
+        T* __restrict values = best;
+        int64_t* __restrict offsets = best_offsets;
+        const int64_t n = channels;
+        if (first) {
+          for (int64_t c = 0; c < n; ++c) {
+            values[c] = tap[c];
+            offsets[c] = offset;
+          }
+          return;
+        }
+        for (int64_t c = 0; c < n; ++c) {
+          const bool greater = tap[c] > values[c];
+          values[c] = greater ? tap[c] : values[c];
+          offsets[c] = greater ? offset : offsets[c];
+        }
+      },
+      [&](int64_t position, bool any) {
+        if (!any) {
+          for (int64_t c = 0; c < channels; ++c) {
+            best[c] = std::numeric_limits<T>::lowest();
+            best_offsets[c] = -1;
+          }
+        }
+        visit(position, static_cast<const T*>(best), static_cast<const int64_t*>(best_offsets));
+      });
 }
 
 // ChannelsLastMaxWindows' maxima without their positions (the forward pass has no use for them): the same rule,
@@ -149,30 +168,21 @@ void ChannelsLastMaxValues(const Window3& w, int64_t channels, const T* __restri
     }
     return;
   }
-  for (int64_t oh = 0; oh < w.output[1]; ++oh) {
-    int64_t h0, h1;
-    TapRange(oh, w.strides[1], w.pad_begin[1], w.kernel[1], w.dilations[1], 0, w.input[1], &h0, &h1);
-    for (int64_t ow = 0; ow < w.output[2]; ++ow, out += channels) {
-      int64_t w0, w1;
-      TapRange(ow, w.strides[2], w.pad_begin[2], w.kernel[2], w.dilations[2], 0, w.input[2], &w0, &w1);
-      const int64_t sh = oh * w.strides[1] - w.pad_begin[1];
-      const int64_t sw = ow * w.strides[2] - w.pad_begin[2];
-      bool first = true;
-      for (int64_t kh = h0; kh < h1; ++kh) {
-        const int64_t ih = sh + kh * w.dilations[1];
-        for (int64_t kw = w0; kw < w1; ++kw) {
-          const T* __restrict tap = image + (ih * w.input[2] + sw + kw * w.dilations[2]) * channels;
-          if (first) {
-            std::copy_n(tap, channels, out);
-            first = false;
-            continue;
-          }
-          for (int64_t c = 0; c < channels; ++c) out[c] = tap[c] > out[c] ? tap[c] : out[c];
+  ForEachWindowTap(
+      w,
+      [&](int64_t position, int64_t offset, bool first) {
+        const T* __restrict tap = image + offset * channels;
+        T* __restrict best = out + position * channels;
+        const int64_t n = channels;
+        if (first) {
+          std::copy_n(tap, n, best);
+          return;
         }
-      }
-      if (first) std::fill_n(out, channels, std::numeric_limits<T>::lowest());
-    }
-  }
+        for (int64_t c = 0; c < n; ++c) best[c] = tap[c] > best[c] ? tap[c] : best[c];
+      },
+      [&](int64_t position, bool any) {
+        if (!any) std::fill_n(out + position * channels, channels, std::numeric_limits<T>::lowest());
+      });
 }
 
 }  // namespace traind::engine
