@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "bench/bench_stats.h"
+#include "bench/node_profile.h"
 #include "engine/core/tensor.h"
 #include "engine/core/thread_pool.h"
 #include "engine/gpu/gpu_executor.h"
@@ -47,6 +48,7 @@ ABSL_FLAG(int, repeats, 3, "Repeats; the reported median is the median of their 
 ABSL_FLAG(bool, json, false, "Print one JSON line instead of text.");
 ABSL_FLAG(std::string, device, "cpu", "cpu, or gpu / gpu:N: the OpenCL GPU executor on device N.");
 ABSL_FLAG(bool, profile, false, "Also print the time per op type (one more timed pass, profiled).");
+ABSL_FLAG(int, profile_nodes, 0, "With --profile, also print the N slowest nodes, with their inputs.");
 ABSL_FLAG(bool, fold_bias_adds, true,
           "Fold a Linear layer's bias Add into its product (engine/runtime/bias_folding.h); --nofold_bias_adds "
           "measures what it brings.");
@@ -200,23 +202,7 @@ int Main() {
     cpu_executor->EnableProfiling(&profile);
     for (int i = 0; i < absl::GetFlag(FLAGS_min_iters); ++i) (void)session.Run(inputs);
     cpu_executor->EnableProfiling(nullptr);
-    std::map<std::string, std::pair<double, int>> by_op;  // seconds, node count
-    double total = 0;
-    for (size_t i = 0; i < profile.seconds_per_node.size(); ++i) {
-      auto& entry = by_op[(*plan)->nodes[i].op_type];
-      entry.first += profile.seconds_per_node[i];
-      entry.second += 1;
-      total += profile.seconds_per_node[i];
-    }
-    std::vector<std::pair<double, std::string>> sorted;
-    for (const auto& [op, entry] : by_op) sorted.emplace_back(entry.first, op);
-    std::sort(sorted.rbegin(), sorted.rend());
-    std::fprintf(stderr, "profile (%lld runs): per run %.3f ms in kernels\n", static_cast<long long>(profile.runs),
-                 1e3 * total / profile.runs);
-    for (const auto& [seconds, op] : sorted) {
-      std::fprintf(stderr, "  %-24s %3d nodes %9.3f ms %5.1f%%\n", op.c_str(), by_op[op].second,
-                   1e3 * seconds / profile.runs, 100 * seconds / total);
-    }
+    PrintNodeProfile(**plan, profile, "run", {}, absl::GetFlag(FLAGS_profile_nodes));
   }
   if (absl::GetFlag(FLAGS_json)) {
     std::printf("{\"model\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"median_ms\": %.4f, "

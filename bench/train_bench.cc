@@ -35,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "bench/bench_stats.h"
+#include "bench/node_profile.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/tensor.h"
 #include "engine/gpu/gpu_executor.h"
@@ -314,42 +315,12 @@ void PrintProfile(Trainer& trainer, int steps) {
   if (profile.runs == 0) return;
   const Plan& plan = trainer.module->training_session().plan();
   // Backward nodes carry "_Grad/" in their names (GradientRuleContext::Emit); the loss nodes "loss/".
-  std::map<std::string, std::pair<double, int>> by_op;  // seconds, node count
-  double total = 0;
-  for (size_t i = 0; i < profile.seconds_per_node.size(); ++i) {
-    const std::string& label = plan.nodes[i].label;
-    const char* phase = label.find("_Grad/") != std::string::npos ? " (bwd)"
-                        : label.find("'loss") != std::string::npos ? " (loss)"
-                                                                    : "";
-    auto& entry = by_op[plan.nodes[i].op_type + phase];
-    entry.first += profile.seconds_per_node[i];
-    entry.second += 1;
-    total += profile.seconds_per_node[i];
-  }
-  by_op["optimizer step"] = {optimizer_seconds * profile.runs / steps, 1};
-  total += optimizer_seconds * profile.runs / steps;
-  std::vector<std::pair<double, std::string>> sorted;
-  for (const auto& [op, entry] : by_op) sorted.emplace_back(entry.first, op);
-  std::sort(sorted.rbegin(), sorted.rend());
-  std::fprintf(stderr, "profile (%lld steps): per step %.3f ms in kernels + optimizer\n",
-               static_cast<long long>(profile.runs), 1e3 * total / profile.runs);
-  for (const auto& [seconds, op] : sorted) {
-    std::fprintf(stderr, "  %-32s %3d nodes %9.3f ms %5.1f%%\n", op.c_str(), by_op[op].second,
-                 1e3 * seconds / profile.runs, 100 * seconds / total);
-  }
-  const int slowest = absl::GetFlag(FLAGS_profile_nodes);
-  if (slowest <= 0) return;
-  std::vector<std::pair<double, size_t>> nodes;
-  for (size_t i = 0; i < profile.seconds_per_node.size(); ++i) nodes.emplace_back(profile.seconds_per_node[i], i);
-  std::sort(nodes.rbegin(), nodes.rend());
-  std::fprintf(stderr, "the %d slowest nodes:\n", slowest);
-  for (size_t k = 0; k < nodes.size() && k < static_cast<size_t>(slowest); ++k) {
-    const PlannedNode& node = plan.nodes[nodes[k].second];
-    std::vector<std::string> inputs;
-    for (int slot : node.inputs) inputs.push_back(slot < 0 ? "" : plan.slot_names[slot]);
-    std::fprintf(stderr, "  %8.3f ms  %s <- %s\n", 1e3 * nodes[k].first / profile.runs, node.label.c_str(),
-                 absl::StrJoin(inputs, ", ").c_str());
-  }
+  PrintNodeProfile(plan, profile, "step", {{"optimizer step", optimizer_seconds / steps}},
+                   absl::GetFlag(FLAGS_profile_nodes), [](const PlannedNode& node) -> std::string {
+                     return node.label.find("_Grad/") != std::string::npos  ? " (bwd)"
+                            : node.label.find("'loss") != std::string::npos ? " (loss)"
+                                                                             : "";
+                   });
 }
 
 int Fail(const absl::Status& status) {

@@ -17,6 +17,7 @@
 #include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/traind_schemas.h"
+#include "engine/ops/pool_window.h"
 #include "engine/ops/row_statistics.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/runtime/fused_elementwise.h"
@@ -355,9 +356,14 @@ class ChannelsLastBatchNormKernel final : public Kernel {
     const int64_t channels = shape.features;
     const int64_t rows = channels == 0 ? 0 : x->num_elements() / channels;
     const float epsilon = attributes_.epsilon;
+    if (pool_2x2_ && x->rank() != 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name_, " with a 2x2 max pool: input must be [N, H, W, C], got ", x->DebugString()));
+    }
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), name_, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), x->shape()));
+      const Shape y_shape = pool_2x2_ ? Shape{x->dim(0), x->dim(1) / 2, x->dim(2) / 2, channels} : x->shape();
+      TRAIND_ASSIGN_OR_RETURN(Tensor * y, context.AllocateOutput(0, x->dtype(), y_shape));
       const T* in = x->data<T>();
       T* out = y->mutable_data<T>();
       const T* scale = params[0]->data<T>();
@@ -424,17 +430,9 @@ class ChannelsLastBatchNormKernel final : public Kernel {
           factors[c] = static_cast<T>(scale[c] / std::sqrt(batch_var + epsilon));
         }
       }
-      std::vector<const float*> epilogue_inputs;
-      if (epilogue_ != nullptr) {
-        if (!std::is_same_v<T, float>) return UnsupportedDtype(name_, x->dtype());
-        TRAIND_ASSIGN_OR_RETURN(epilogue_inputs, epilogue_->Bind(context, x->shape()));
-      }
-      // With an epilogue, rows are normalised a chunk at a time into a small buffer that the epilogue reads
-      // (still in L1) as it writes the output.
-      const int64_t rows_per_chunk = std::max<int64_t>(1, 1024 / std::max<int64_t>(1, channels));
-      const int64_t grain = std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, channels));
-      context.threads().ParallelFor(rows, grain, [&](int64_t b, int64_t e) {
-        // In 64-byte vectors of channels (as arrays, GCC re-checked the loop's bounds on every row).
+      // Rows [first, last) of [C] values into dst (row first at dst[0]), in 64-byte vectors of channels (as arrays,
+      // GCC re-checked the loop's bounds on every row).
+      auto normalize_rows = [&](int64_t first, int64_t last, T* __restrict dst) {
         typedef T Lanes __attribute__((vector_size(64)));
         constexpr int64_t kLanes = 64 / sizeof(T);
         const int64_t vector_channels = channels / kLanes * kLanes;
@@ -442,35 +440,78 @@ class ChannelsLastBatchNormKernel final : public Kernel {
         const T* const center_data = centers.data();
         const T* const offset_data = offsets.data();
         const T* const factor_data = factors.data();
-        // Rows [first, last) into dst (row first at dst[0]).
-        auto normalize_rows = [&](int64_t first, int64_t last, T* __restrict dst) {
-          for (int64_t r = first; r < last; ++r, dst += channels) {
-            const T* src = in + r * channels;
-            int64_t c = 0;
-            for (; c < vector_channels; c += kLanes) {
-              Lanes center, offset, factor, shift, value;
-              std::memcpy(&center, center_data + c, sizeof(center));
-              std::memcpy(&offset, offset_data + c, sizeof(offset));
-              std::memcpy(&factor, factor_data + c, sizeof(factor));
-              std::memcpy(&shift, bias + c, sizeof(shift));
-              std::memcpy(&value, src + c, sizeof(value));
-              const Lanes result = ((value - center) - offset) * factor + shift;
-              std::memcpy(dst + c, &result, sizeof(result));
-            }
-            for (; c < channels; ++c) dst[c] = ((src[c] - centers[c]) - offsets[c]) * factors[c] + bias[c];
+        const T* const bias_data = bias;
+        const T* const in_data = in;
+        for (int64_t r = first; r < last; ++r, dst += channels) {
+          const T* src = in_data + r * channels;
+          int64_t c = 0;
+          for (; c < vector_channels; c += kLanes) {
+            Lanes center, offset, factor, shift, value;
+            std::memcpy(&center, center_data + c, sizeof(center));
+            std::memcpy(&offset, offset_data + c, sizeof(offset));
+            std::memcpy(&factor, factor_data + c, sizeof(factor));
+            std::memcpy(&shift, bias_data + c, sizeof(shift));
+            std::memcpy(&value, src + c, sizeof(value));
+            const Lanes result = ((value - center) - offset) * factor + shift;
+            std::memcpy(dst + c, &result, sizeof(result));
           }
-        };
+          for (; c < channels; ++c) {
+            dst[c] = ((src[c] - center_data[c]) - offset_data[c]) * factor_data[c] + bias_data[c];
+          }
+        }
+      };
+      std::vector<const float*> epilogue_inputs;
+      if (epilogue_ != nullptr) {
+        if (!std::is_same_v<T, float>) return UnsupportedDtype(name_, x->dtype());
+        TRAIND_ASSIGN_OR_RETURN(epilogue_inputs, epilogue_->Bind(context, x->shape()));
+      }
+      // Rows [first, last) normalised into `normalized`, then the epilogue's values of them into `finished`: the
+      // rows' final values, in whichever of the two buffers holds them.
+      auto finish_rows = [&](int64_t first, int64_t last, T* normalized, T* finished,
+                             std::vector<float>& scratch) -> const T* {
+        normalize_rows(first, last, normalized);
         if constexpr (std::is_same_v<T, float>) {
           if (epilogue_ != nullptr) {
-            std::vector<float> chunk(static_cast<size_t>(rows_per_chunk * channels)), scratch;
-            for (int64_t first = b; first < e; first += rows_per_chunk) {
-              const int64_t last = std::min(e, first + rows_per_chunk);
-              normalize_rows(first, last, chunk.data());
-              epilogue_->Apply(epilogue_inputs, chunk.data(), first * channels, (last - first) * channels,
-                               out + first * channels, scratch);
-            }
-            return;
+            epilogue_->Apply(epilogue_inputs, normalized, first * channels, (last - first) * channels, finished,
+                             scratch);
+            return finished;
           }
+        }
+        return normalized;
+      };
+      if (pool_2x2_) {
+        // Output row oh of image n pools input rows 2oh and 2oh + 1 (a last odd row is never read): both are
+        // normalised into a small buffer (with the epilogue's values next to it), then pooled from there; the
+        // full-size value is never written.
+        const int64_t height = x->dim(1), width = x->dim(2), out_height = y_shape[1], out_width = y_shape[2];
+        const int64_t pair = 2 * width * channels;
+        context.threads().ParallelFor(
+            x->dim(0) * out_height, std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, pair)),
+            [&](int64_t b, int64_t e) {
+              std::vector<T> normalized(static_cast<size_t>(pair)), finished(epilogue_ ? pair : 0);
+              std::vector<float> scratch;
+              for (int64_t r = b; r < e; ++r) {
+                const int64_t first = (r / out_height * height + 2 * (r % out_height)) * width;
+                const T* values = finish_rows(first, first + 2 * width, normalized.data(), finished.data(), scratch);
+                ChannelsLastMax2x2Row(values, values + width * channels, out_width, channels,
+                                      out + r * out_width * channels);
+              }
+            });
+        return absl::OkStatus();
+      }
+      // With an epilogue, rows are normalised a chunk at a time into a small buffer that the epilogue reads
+      // (still in L1) as it writes the output.
+      const int64_t rows_per_chunk = std::max<int64_t>(1, 1024 / std::max<int64_t>(1, channels));
+      const int64_t grain = std::max<int64_t>(1, kParallelElementThreshold / std::max<int64_t>(1, channels));
+      context.threads().ParallelFor(rows, grain, [&](int64_t b, int64_t e) {
+        if (epilogue_ != nullptr) {
+          std::vector<T> chunk(static_cast<size_t>(rows_per_chunk * channels));
+          std::vector<float> scratch;
+          for (int64_t first = b; first < e; first += rows_per_chunk) {
+            const int64_t last = std::min(e, first + rows_per_chunk);
+            finish_rows(first, last, chunk.data(), out + first * channels, scratch);
+          }
+          return;
         }
         normalize_rows(b, e, out + b * channels);
       });
@@ -481,11 +522,15 @@ class ChannelsLastBatchNormKernel final : public Kernel {
   // The Relu after it, or a residual Add and Relu (float32).
   bool AcceptsEpilogue() const override { return true; }
   void SetEpilogue(std::shared_ptr<const ElementwiseEpilogue> epilogue) override { epilogue_ = std::move(epilogue); }
+  // The 2x2 MaxPool after it (and after its epilogue) in a forward plan.
+  bool AcceptsMaxPool2x2() const override { return true; }
+  void SetMaxPool2x2() override { pool_2x2_ = true; }
 
  private:
   BatchNormAttributes attributes_;
   const char* name_;
   std::shared_ptr<const ElementwiseEpilogue> epilogue_;
+  bool pool_2x2_ = false;
 };
 
 // ------------------------------------------------------------------------------------------------

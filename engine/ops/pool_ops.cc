@@ -404,6 +404,16 @@ class ChannelsLastMaxPoolKernel final : public Kernel {
  public:
   explicit ChannelsLastMaxPoolKernel(PoolAttributes attributes) : attributes_(std::move(attributes)) {}
 
+  bool IsChannelsLastMaxPool2x2() const override {
+    const SpatialAttributes& spatial = attributes_.spatial;
+    auto all = [](const std::vector<int64_t>& values, int64_t value) {
+      return std::all_of(values.begin(), values.end(), [value](int64_t v) { return v == value; });
+    };
+    return (spatial.auto_pad == AutoPad::kNotSet || spatial.auto_pad == AutoPad::kValid) && !attributes_.ceil_mode &&
+           spatial.kernel_shape == std::vector<int64_t>{2, 2} && spatial.strides == std::vector<int64_t>{2, 2} &&
+           all(spatial.pads, 0) && all(spatial.dilations, 1);
+  }
+
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* x, context.RequiredInput(0));
     if (x->rank() != 4) {

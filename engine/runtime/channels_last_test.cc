@@ -130,6 +130,76 @@ TEST(ChannelsLastTest, AConvNetGivesTheSameOutputsWithTransposesOnlyAtItsBorders
   EXPECT_EQ((*a)[4].second.data<int64_t>()[0], 2 * 4 * 6 * 5);
 }
 
+// x -> Conv 3x3 (20 channels: a 16-wide vector and a tail) -> BatchNormalization (batch statistics) [-> Relu] = r ->
+// MaxPool 2x2 stride 2 = p, on odd heights and widths (floor mode drops the last row and column); outputs p, the
+// running mean, and r when `r_is_output`.
+onnx::ModelProto PooledModel(bool with_relu, bool r_is_output) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(15);
+  onnx::GraphProto* graph = model.mutable_graph();
+  AddValue(graph->add_input(), "x", {2, 3, 7, 9});
+  AddValue(graph->add_input(), "w", {20, 3, 3, 3});
+  for (const char* name : {"scale", "bias", "mean", "var"}) AddValue(graph->add_input(), name, {20});
+  *graph->add_node() = Node("Conv", {"x", "w"}, {"y"}, {{"pads", {1, 1, 1, 1}}});
+  *graph->add_node() = Node("BatchNormalization", {"y", "scale", "bias", "mean", "var"},
+                            {with_relu ? "z" : "r", "running_mean", "running_var"}, {{"training_mode", {1}}});
+  if (with_relu) *graph->add_node() = Node("Relu", {"z"}, {"r"});
+  *graph->add_node() = Node("MaxPool", {"r"}, {"p"}, {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}});
+  for (const char* name : {"y", "z", "r"}) AddValue(graph->add_value_info(), name, {2, 20, 7, 9});
+  AddValue(graph->add_output(), "p", {2, 20, 3, 4});
+  AddValue(graph->add_output(), "running_mean", {20});
+  if (r_is_output) AddValue(graph->add_output(), "r", {2, 20, 7, 9});
+  return model;
+}
+
+// In a forward plan the 2x2 MaxPool after a BatchNormalization (and the Relu that is its epilogue) is done by the
+// normalisation, which pools rows as it normalises them: one node, outputs bit for bit those of the separate nodes.
+// Not when the pooled value is read elsewhere too (a graph output here; the gradients in a training plan).
+TEST(ChannelsLastTest, A2x2MaxPoolAfterBatchNormalizationIsDoneByTheNormalisation) {
+  const NamedTensors inputs = {{"x", Values({2, 3, 7, 9}, 1.0f)},    {"w", Values({20, 3, 3, 3}, 0.5f)},
+                               {"scale", Values({20}, 1.5f, 0.2f)},  {"bias", Values({20}, 0.3f)},
+                               {"mean", Values({20}, 0.2f)},          {"var", Values({20}, 0.1f, 1.0f)}};
+  CompileOptions unfused_options;
+  unfused_options.fuse_elementwise = false;
+  for (const bool with_relu : {true, false}) {
+    for (const bool r_is_output : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "with_relu " << with_relu << ", r_is_output " << r_is_output);
+      auto fused = Compile(PooledModel(with_relu, r_is_output));
+      auto unfused = Compile(PooledModel(with_relu, r_is_output), unfused_options);
+      ASSERT_TRUE(fused.ok()) << fused.status();
+      ASSERT_TRUE(unfused.ok()) << unfused.status();
+      std::map<std::string, int> op_types;
+      for (const PlannedNode& node : (*fused)->nodes) ++op_types[node.op_type];
+      const std::string normalisation =
+          with_relu ? "ChannelsLastBatchNormalization+Relu" : "ChannelsLastBatchNormalization";
+      if (r_is_output) {
+        EXPECT_EQ(op_types[normalisation], 1);
+        EXPECT_EQ(op_types["ChannelsLastMaxPool"], 1);
+      } else {
+        EXPECT_EQ(op_types[normalisation + "+MaxPool"], 1);
+        EXPECT_EQ(op_types["ChannelsLastMaxPool"], 0);
+      }
+      Session fused_session(*fused, std::make_unique<CpuExecutor>());
+      Session unfused_session(*unfused, std::make_unique<CpuExecutor>());
+      auto a = fused_session.Run(inputs);
+      auto b = unfused_session.Run(inputs);
+      ASSERT_TRUE(a.ok()) << a.status();
+      ASSERT_TRUE(b.ok()) << b.status();
+      ASSERT_EQ(a->size(), b->size());
+      for (size_t output = 0; output < a->size(); ++output) {
+        const Tensor& got = (*a)[output].second;
+        const Tensor& expected = (*b)[output].second;
+        ASSERT_EQ(got.shape(), expected.shape()) << (*b)[output].first;
+        for (int64_t i = 0; i < got.num_elements(); ++i) {
+          ASSERT_EQ(got.data<float>()[i], expected.data<float>()[i]) << (*b)[output].first << "[" << i << "]";
+        }
+      }
+      EXPECT_EQ((*a)[0].second.shape(), (Shape{2, 20, 3, 4}));
+    }
+  }
+}
+
 ChannelsLastGraph Ranks(std::map<std::string, int> ranks) {
   ChannelsLastGraph graph;
   for (const auto& [name, rank] : ranks) graph.ranks[name] = rank;

@@ -156,6 +156,16 @@ class Kernel {
   // Only after AcceptsEpilogue(), before the plan is shared: from now on output 0 is the epilogue's value, and the
   // group's other operands follow the node's own inputs.
   virtual void SetEpilogue(std::shared_ptr<const ElementwiseEpilogue> /*epilogue*/) {}
+
+  // Compile time, CPU plans: the max pool of 2x2 windows at stride 2 (no padding, no dilation, floor mode) of a
+  // channels-last [N, H, W, C] value, which a producer of such values may apply as it writes its output 0 in place
+  // of the pool's own pass over the full-size value (plan.cc, FuseMaxPools). IsChannelsLastMaxPool2x2: this node is
+  // such a pool; AcceptsMaxPool2x2: this node can pool its output 0 (after its epilogue, if any).
+  virtual bool IsChannelsLastMaxPool2x2() const { return false; }
+  virtual bool AcceptsMaxPool2x2() const { return false; }
+  // Only after AcceptsMaxPool2x2(), before the plan is shared: from now on output 0 is the pooled value,
+  // [N, H / 2, W / 2, C]. The pooled maxima are those of the unpooled values, bit for bit.
+  virtual void SetMaxPool2x2() {}
 };
 
 using KernelFactory = absl::StatusOr<std::unique_ptr<Kernel>> (*)(const KernelInit& init);

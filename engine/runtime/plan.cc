@@ -79,7 +79,10 @@ class Compiler {
     TRAIND_RETURN_IF_ERROR(AddOutputs());
     FoldConstants();
     if (options_.prepare_constants) PrepareConstants();
-    if (options_.fuse_elementwise) FuseElementwise();
+    if (options_.fuse_elementwise) {
+      FuseElementwise();
+      FuseMaxPools();
+    }
     PlanReleases();
     PlanDonations();
     EstimateMemory();
@@ -470,6 +473,51 @@ class Compiler {
       } else {
         nodes.push_back(MakeFusedNode(members[n], types));
       }
+    }
+    plan_->nodes = std::move(nodes);
+  }
+
+  // A 2x2 max pool (Kernel::IsChannelsLastMaxPool2x2) whose input is the sole use of output 0 of a node that can
+  // pool what it writes (Kernel::AcceptsMaxPool2x2: a ChannelsLastBatchNormalization with or without its epilogue)
+  // is done by that node, which stays in its place and now makes the pool's output: the full-size value is never
+  // written nor read again. In practice forward plans only: a training plan keeps that value for the gradients
+  // (ReluGrad, MaxPoolGrad read it too).
+  void FuseMaxPools() {
+    const int num_nodes = static_cast<int>(plan_->nodes.size());
+    std::vector<int> readers(plan_->slot_names.size(), 0), producer(plan_->slot_names.size(), -1);
+    std::vector<bool> graph_output(plan_->slot_names.size(), false);
+    for (const GraphValue& output : plan_->outputs) graph_output[output.slot] = true;
+    for (int n = 0; n < num_nodes; ++n) {
+      for (int slot : plan_->nodes[n].inputs) {
+        if (slot >= 0) ++readers[slot];
+      }
+      for (int slot : plan_->nodes[n].outputs) {
+        if (slot >= 0) producer[slot] = n;
+      }
+    }
+    std::vector<bool> pooled_by_producer(num_nodes, false);
+    for (int n = 0; n < num_nodes; ++n) {
+      PlannedNode& pool = plan_->nodes[n];
+      if (!pool.kernel->IsChannelsLastMaxPool2x2() || pool.inputs.size() != 1 || pool.outputs.size() != 1 ||
+          pool.inputs[0] < 0 || pool.outputs[0] < 0) {
+        continue;
+      }
+      const int slot = pool.inputs[0];
+      const int p = producer[slot];
+      if (p < 0 || readers[slot] != 1 || graph_output[slot] || plan_->nodes[p].outputs[0] != slot ||
+          !plan_->nodes[p].kernel->AcceptsMaxPool2x2()) {
+        continue;
+      }
+      PlannedNode& node = plan_->nodes[p];
+      node.kernel->SetMaxPool2x2();
+      node.outputs[0] = pool.outputs[0];
+      node.label = absl::StrCat(node.label, " pooled by '", pool.label, "'");
+      node.op_type = absl::StrCat(node.op_type, "+MaxPool");
+      pooled_by_producer[n] = true;
+    }
+    std::vector<PlannedNode> nodes;
+    for (int n = 0; n < num_nodes; ++n) {
+      if (!pooled_by_producer[n]) nodes.push_back(std::move(plan_->nodes[n]));
     }
     plan_->nodes = std::move(nodes);
   }
