@@ -21,6 +21,7 @@
 #include "engine/autodiff/gradient_rule.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/traind_schemas.h"
+#include "engine/ops/direct_conv.h"
 #include "engine/ops/dnnl_util.h"
 #include "engine/ops/spatial_attributes.h"
 #include "engine/runtime/dispatch.h"
@@ -152,6 +153,17 @@ class ConvKernel final : public Kernel {
                                                                                   : out_shape));
     if (y->num_elements() == 0) return absl::OkStatus();
     if (w->num_elements() == 0) return FillWithBias(b, y, channels_last_);  // No input channels: y = bias.
+    if (channels_last_ && window.rank() == 2 && group_ == 1 && window.dilations[0] == 1 && window.dilations[1] == 1) {
+      const DirectConvGeometry direct{x->dim(0),        window.input[0],   window.input[1],   x->dim(1),
+                                      window.output[0], window.output[1],  w->dim(0),         window.kernel[0],
+                                      window.kernel[1], window.strides[0], window.strides[1], window.pad_begin[0],
+                                      window.pad_begin[1]};
+      if (DirectConvApplies(direct)) {
+        DirectConv(direct, x->data<float>(), w->data<float>(), b == nullptr ? nullptr : b->data<float>(),
+                   y->mutable_data<float>(), context.threads());
+        return absl::OkStatus();
+      }
+    }
 
     std::vector<int64_t> key = x->shape();
     key.insert(key.end(), w->shape().begin(), w->shape().end());
