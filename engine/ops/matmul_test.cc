@@ -224,6 +224,51 @@ TEST(FusedMatMulTest, ATransposedWeightMatchesAFloat64Product) {
   }
 }
 
+// Products of equal batches with A read as stored (attention's Q K^T and scores x V, and their gradients) run one
+// oneDNN matmul primitive for all batches from 2^21 multiply-adds in all, one sgemm per batch below (BatchedProduct):
+// against float64 products on both sides of that line, with B read transposed and as stored, and with A transposed
+// (always sgemm).
+TEST(FusedMatMulTest, EqualBatchesMatchAFloat64Product) {
+  struct Case {
+    Shape batch;
+    int64_t m, n, k;
+    bool ta, tb;
+  };
+  for (const Case& c : {Case{{16, 4}, 64, 64, 32, false, true}, Case{{16, 4}, 64, 32, 64, false, false},
+                        Case{{16, 4}, 64, 32, 64, true, false}, Case{{2, 3}, 5, 7, 4, false, true},
+                        Case{{2, 3}, 5, 7, 4, false, false}, Case{{8}, 64, 64, 32, false, true}}) {
+    SCOPED_TRACE(::testing::Message() << ShapeToString(c.batch) << " m " << c.m << " n " << c.n << " k " << c.k
+                                      << " transA " << c.ta << " transB " << c.tb);
+    Shape a_shape = c.batch, b_shape = c.batch, y_shape = c.batch;
+    a_shape.push_back(c.ta ? c.k : c.m);
+    a_shape.push_back(c.ta ? c.m : c.k);
+    b_shape.push_back(c.tb ? c.n : c.k);
+    b_shape.push_back(c.tb ? c.k : c.n);
+    y_shape.push_back(c.m);
+    y_shape.push_back(c.n);
+    const Tensor a = testing::RandomTensor(a_shape, -1, 1, 4), b = testing::RandomTensor(b_shape, -1, 1, 5);
+    const int64_t batches = a.num_elements() / (c.m * c.k);
+    std::vector<float> expected(batches * c.m * c.n);
+    for (int64_t batch = 0; batch < batches; ++batch) {
+      const float* a_data = a.data<float>() + batch * c.m * c.k;
+      const float* b_data = b.data<float>() + batch * c.k * c.n;
+      for (int64_t i = 0; i < c.m; ++i) {
+        for (int64_t j = 0; j < c.n; ++j) {
+          double sum = 0;
+          for (int64_t p = 0; p < c.k; ++p) {
+            sum += double{a_data[c.ta ? p * c.m + i : i * c.k + p]} * b_data[c.tb ? j * c.k + p : p * c.n + j];
+          }
+          expected[(batch * c.m + i) * c.n + j] = static_cast<float>(sum);
+        }
+      }
+    }
+    OpTester fused("FusedMatMul", kTraindTrainingVersion, kTraindTrainingDomain);
+    fused.AddInputTensor("a", a).AddInputTensor("b", b).AddAttribute("transA", int64_t{c.ta})
+        .AddAttribute("transB", int64_t{c.tb});
+    fused.AddOutput<float>("y", y_shape, expected).SetTolerance(1e-5, 5e-6 * std::sqrt(double(c.k))).Run();
+  }
+}
+
 TEST(GemmTest, TransposesAlphaBetaAndBroadcastC) {
   OpTester("Gemm", 13).AddAttribute("transA", int64_t{1}).AddAttribute("alpha", 2.0f)
       .AddAttribute("beta", 0.5f)
