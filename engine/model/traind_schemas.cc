@@ -242,6 +242,24 @@ onnx::OpSchema GeluGradSchema() {
                               "normal CDF, phi its density.");
 }
 
+onnx::OpSchema SoftmaxGradSchema() {
+  onnx::OpSchema schema;
+  schema.SetName("SoftmaxGrad")
+      .SetDomain(kTraindTrainingDomain)
+      .SinceVersion(kTraindTrainingVersion)
+      .SetDoc("Gradient of Softmax from its output Y: dX = Y * (dY - sum(dY * Y)), the sum over the elements one "
+              "normalisation covers (Softmax's axis; with coerce_to_2d, every dim from axis on, as before opset 13).")
+      .Input(0, "dY", "Gradient of Softmax's output.", "T")
+      .Input(1, "Y", "Softmax's output.", "T")
+      .Output(0, "dX", "Gradient of Softmax's input.", "T")
+      .Attr("axis", "Softmax's axis.", onnx::AttributeProto::INT, int64_t{-1})
+      .Attr("coerce_to_2d", "1: normalised over dims [axis, rank) (Softmax before opset 13).",
+            onnx::AttributeProto::INT, int64_t{0})
+      .TypeConstraint("T", {"tensor(float)", "tensor(double)"}, "Floating point.")
+      .TypeAndShapeInferenceFunction([](onnx::InferenceContext& ctx) { GradientLikeInput(ctx, 1, 0); });
+  return schema;
+}
+
 // Normalisation gradients: dX like X, dScale and dB like Scale.
 onnx::OpSchema NormalizationGradSchema(const char* name, const char* doc) {
   onnx::OpSchema schema;
@@ -378,7 +396,7 @@ const std::vector<SchemaFactory>& Schemas() {
   static const auto* schemas = new std::vector<SchemaFactory>{
       // Gradient kernels:
       ConvGradSchema, MaxPoolGradSchema, BatchNormalizationGradSchema, LayerNormalizationGradSchema, ReluGradSchema,
-      ErfGradSchema, GeluGradSchema,
+      ErfGradSchema, GeluGradSchema, SoftmaxGradSchema,
       // The channels-last plan pass's forward ops:
       ChannelsLastConvSchema, ChannelsLastBatchNormalizationSchema, ChannelsLastMaxPoolSchema,
       // Products:

@@ -68,6 +68,18 @@ TEST(SoftmaxGpuTest, BothAxisConventionsMatchFloat64OnBothDevices) {
   }
 }
 
+TEST(SoftmaxGpuTest, SoftmaxGradMatchesTheCpuOverEveryAxisConvention) {
+  TRAIND_REQUIRE_GPU();
+  for (const auto& [axis, coerce_to_2d] : {std::pair<int64_t, int64_t>{-1, 0}, {1, 0}, {0, 0}, {1, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "axis " << axis << " coerce_to_2d " << coerce_to_2d);
+    OpTester test("SoftmaxGrad", kTraindTrainingVersion, kTraindTrainingDomain);
+    test.AddInputTensor("dy", RandomTensor({3, 4, 6}, -1, 1, 5)).AddInputTensor("y", RandomTensor({3, 4, 6}, 0, 1, 6));
+    test.AddAttribute("axis", axis).AddAttribute("coerce_to_2d", coerce_to_2d);
+    test.AddOutputShape("dx", DataType::kFloat32, {3, 4, 6});
+    test.CompareDevices(1e-5, 1e-6);
+  }
+}
+
 TEST(ElementwiseGpuTest, WhereClipCastMatchTheCpu) {
   TRAIND_REQUIRE_GPU();
   OpTester where("Where", 16);

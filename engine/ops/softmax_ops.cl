@@ -24,3 +24,14 @@ __kernel void softmax_f32(__global const float* x, __global float* y, long posit
     for (long a = 0; a < n; ++a) y[base + a * inner] *= scale;
   }
 }
+
+// SoftmaxGrad of [outer, n, inner] along n: dX = Y * (dY - sum(dY * Y)), one work item per (outer, inner) position.
+__kernel void softmax_grad_f32(__global const float* dy, __global const float* y, __global float* dx, long positions,
+                               long n, long inner) {
+  const long p = get_global_id(0);
+  if (p >= positions) return;
+  const long base = (p / inner) * n * inner + p % inner;
+  float sum = 0.0f;
+  for (long a = 0; a < n; ++a) sum += dy[base + a * inner] * y[base + a * inner];
+  for (long a = 0; a < n; ++a) dx[base + a * inner] = y[base + a * inner] * (dy[base + a * inner] - sum);
+}

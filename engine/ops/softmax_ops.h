@@ -1,4 +1,4 @@
-// The contract of Softmax, LogSoftmax and Hardmax, one place for both devices (softmax_ops.cc on the CPU,
+// The contract of Softmax, LogSoftmax, Hardmax and SoftmaxGrad, one place for both devices (softmax_ops.cc on the CPU,
 // softmax_ops_gpu.cc on the GPU): which elements one normalisation covers.
 #ifndef TRAIND_ENGINE_OPS_SOFTMAX_OPS_H_
 #define TRAIND_ENGINE_OPS_SOFTMAX_OPS_H_
@@ -19,6 +19,9 @@ struct SoftmaxAttributes {
   bool coerce_to_2d = false;
 };
 absl::StatusOr<SoftmaxAttributes> ParseSoftmaxAttributes(const KernelInit& init);
+// SoftmaxGrad's (ai.traind.training): `axis` (default -1) and `coerce_to_2d` (0 or 1) as attributes, since its opset
+// says nothing of the forward Softmax's.
+absl::StatusOr<SoftmaxAttributes> ParseSoftmaxGradAttributes(const KernelInit& init);
 
 // X as [outer, axis_dim, inner] with the normalised axis in the middle (coerced: inner 1). A scalar before opset 13
 // is one element; from 13 its axis is out of range.

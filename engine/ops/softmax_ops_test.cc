@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/model/traind_schemas.h"
 #include "engine/testing/float64_reference.h"
 #include "engine/testing/op_tester.h"
 #include "gtest/gtest.h"
@@ -205,6 +206,59 @@ TEST(SoftmaxTest, EmptyInputAndErrors) {
                       .RunRaw();
   ASSERT_FALSE(bad_type.ok());
   EXPECT_NE(bad_type.status().message().find("axis"), std::string::npos) << bad_type.status();
+}
+
+// SoftmaxGrad (Softmax's gradient rule emits it): dX = Y * (dY - sum(dY * Y)) against float64 sums, along the last
+// axis (a row length that is not a multiple of the 16 lanes), a middle axis (strided normalisations) and over the
+// trailing dims of opset 1-12's 2-D coercion; float and double.
+std::vector<double> SoftmaxGradFloat64(const Tensor& dy, const Tensor& y, int64_t outer, int64_t n, int64_t inner) {
+  std::vector<double> dx(static_cast<size_t>(outer * n * inner));
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      double sum = 0;
+      for (int64_t a = 0; a < n; ++a) {
+        const int64_t at = (o * n + a) * inner + i;
+        sum += double{dy.data<float>()[at]} * y.data<float>()[at];
+      }
+      for (int64_t a = 0; a < n; ++a) {
+        const int64_t at = (o * n + a) * inner + i;
+        dx[at] = y.data<float>()[at] * (dy.data<float>()[at] - sum);
+      }
+    }
+  }
+  return dx;
+}
+
+TEST(SoftmaxGradTest, MatchesFloat64OverEveryAxisConvention) {
+  struct Case {
+    Shape shape;
+    int64_t axis;
+    bool coerce_to_2d;
+    int64_t outer, n, inner;
+  };
+  for (const Case& c : {Case{{3, 37}, -1, false, 3, 37, 1}, Case{{2, 5, 3}, 1, false, 2, 5, 3},
+                        Case{{2, 3, 4}, 1, true, 2, 12, 1}, Case{{4, 64}, 1, false, 4, 64, 1}}) {
+    SCOPED_TRACE(::testing::Message() << ShapeToString(c.shape) << " axis " << c.axis << " coerce " << c.coerce_to_2d);
+    const Tensor dy = RandomTensor(c.shape, -1, 1, 3), y = RandomTensor(c.shape, 0, 1, 4);
+    const std::vector<double> expected = SoftmaxGradFloat64(dy, y, c.outer, c.n, c.inner);
+    OpTester test("SoftmaxGrad", kTraindTrainingVersion, kTraindTrainingDomain);
+    test.AddInputTensor("dy", dy).AddInputTensor("y", y).AddAttribute("axis", c.axis)
+        .AddAttribute("coerce_to_2d", int64_t{c.coerce_to_2d});
+    test.AddOutput<float>("dx", c.shape, ToFloat(expected)).SetTolerance(1e-5, 1e-6).Run();
+  }
+  // double, and the shapes it refuses.
+  OpTester("SoftmaxGrad", kTraindTrainingVersion, kTraindTrainingDomain)
+      .AddInput<double>("dy", {1, 3}, {1, 0, 0})
+      .AddInput<double>("y", {1, 3}, {0.5, 0.25, 0.25})
+      .AddOutput<double>("dx", {1, 3}, {0.25, -0.125, -0.125})
+      .Run();
+  OpTester mismatched("SoftmaxGrad", kTraindTrainingVersion, kTraindTrainingDomain);
+  mismatched.AddInputTensor("dy", RandomTensor({2, 3}, -1, 1, 1)).AddInputTensor("y", RandomTensor({3, 2}, 0, 1, 2));
+  mismatched.AddOutputShape("dx", DataType::kFloat32, {3, 2});
+  const absl::StatusOr<std::vector<Tensor>> refused = mismatched.RunRaw();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("must have Y's shape"), std::string::npos) << refused.status();
 }
 
 }  // namespace
