@@ -356,9 +356,9 @@ class ChannelsLastBatchNormKernel final : public Kernel {
     const int64_t channels = shape.features;
     const int64_t rows = channels == 0 ? 0 : x->num_elements() / channels;
     const float epsilon = attributes_.epsilon;
-    if (pool_2x2_ && x->rank() != 4) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name_, " with a 2x2 max pool: input must be [N, H, W, C], got ", x->DebugString()));
+    if (pool_2x2_ && (x->rank() != 4 || x->dim(1) < 2 || x->dim(2) < 2)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name_, " with a 2x2 max pool: input must be [N, H, W, C] with H and W at least 2, got ", x->DebugString()));
     }
     return DispatchAmong<TRAIND_FLOAT_TYPES>(x->dtype(), name_, [&](auto tag) {
       using T = typename decltype(tag)::type;
