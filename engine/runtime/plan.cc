@@ -390,17 +390,10 @@ class Compiler {
   void FuseElementwise() {
     const std::vector<std::optional<GraphValue>> types = StaticSlotTypes();
     const int num_nodes = static_cast<int>(plan_->nodes.size());
-    std::vector<int> readers(plan_->slot_names.size(), 0), producer(plan_->slot_names.size(), -1);
-    std::vector<bool> graph_output(plan_->slot_names.size(), false);
-    for (const GraphValue& output : plan_->outputs) graph_output[output.slot] = true;
-    for (int n = 0; n < num_nodes; ++n) {
-      for (int slot : plan_->nodes[n].inputs) {
-        if (slot >= 0) ++readers[slot];
-      }
-      for (int slot : plan_->nodes[n].outputs) {
-        if (slot >= 0) producer[slot] = n;
-      }
-    }
+    const SlotUses uses = CountSlotUses();
+    const std::vector<int>& readers = uses.readers;
+    const std::vector<int>& producer = uses.producer;
+    const std::vector<bool>& graph_output = uses.graph_output;
     auto is_float_with_shape = [&](int slot) {
       return slot >= 0 && types[slot].has_value() && types[slot]->dtype == DataType::kFloat32;
     };
@@ -477,6 +470,29 @@ class Compiler {
     plan_->nodes = std::move(nodes);
   }
 
+  // Per slot of the current node list: how many node inputs read it, the node that makes it (-1: none), whether it
+  // is a graph output.
+  struct SlotUses {
+    std::vector<int> readers, producer;
+    std::vector<bool> graph_output;
+  };
+  SlotUses CountSlotUses() const {
+    SlotUses uses;
+    uses.readers.assign(plan_->slot_names.size(), 0);
+    uses.producer.assign(plan_->slot_names.size(), -1);
+    uses.graph_output.assign(plan_->slot_names.size(), false);
+    for (const GraphValue& output : plan_->outputs) uses.graph_output[output.slot] = true;
+    for (int n = 0; n < static_cast<int>(plan_->nodes.size()); ++n) {
+      for (int slot : plan_->nodes[n].inputs) {
+        if (slot >= 0) ++uses.readers[slot];
+      }
+      for (int slot : plan_->nodes[n].outputs) {
+        if (slot >= 0) uses.producer[slot] = n;
+      }
+    }
+    return uses;
+  }
+
   // A 2x2 max pool (Kernel::IsChannelsLastMaxPool2x2) whose input is the sole use of output 0 of a node that can
   // pool what it writes (Kernel::AcceptsMaxPool2x2: a ChannelsLastBatchNormalization with or without its epilogue)
   // is done by that node, which stays in its place and now makes the pool's output: the full-size value is never
@@ -484,17 +500,10 @@ class Compiler {
   // (ReluGrad, MaxPoolGrad read it too).
   void FuseMaxPools() {
     const int num_nodes = static_cast<int>(plan_->nodes.size());
-    std::vector<int> readers(plan_->slot_names.size(), 0), producer(plan_->slot_names.size(), -1);
-    std::vector<bool> graph_output(plan_->slot_names.size(), false);
-    for (const GraphValue& output : plan_->outputs) graph_output[output.slot] = true;
-    for (int n = 0; n < num_nodes; ++n) {
-      for (int slot : plan_->nodes[n].inputs) {
-        if (slot >= 0) ++readers[slot];
-      }
-      for (int slot : plan_->nodes[n].outputs) {
-        if (slot >= 0) producer[slot] = n;
-      }
-    }
+    const SlotUses uses = CountSlotUses();
+    const std::vector<int>& readers = uses.readers;
+    const std::vector<int>& producer = uses.producer;
+    const std::vector<bool>& graph_output = uses.graph_output;
     std::vector<bool> pooled_by_producer(num_nodes, false);
     for (int n = 0; n < num_nodes; ++n) {
       PlannedNode& pool = plan_->nodes[n];
