@@ -610,14 +610,15 @@ class LayerNormKernel final : public Kernel {
         for (int64_t r = b; r < e; ++r) {
           const T* src = in + r * row;
           T* dst = out + r * row;
-          const double mean = Sum(src, row) / static_cast<double>(row);
-          const double var = SquaredDeviationSum(src, row, mean) / static_cast<double>(row);
+          // The statistics LayerNormalizationGrad computes again (norm_grad.cc): the same function, so that its x-hat
+          // is this one. Centred on a value of the row (`center`) plus a small offset, as in Normalize().
+          T center = src[0];
+          double shifted_mean = 0, var = 0;
+          ShiftedRowStatistics(src, row, &center, &shifted_mean, &var);
           const double inv_std = 1.0 / std::sqrt(var + epsilon);
-          means[r] = static_cast<float>(mean);
+          means[r] = static_cast<float>(static_cast<double>(center) + shifted_mean);
           inv_stds[r] = static_cast<float>(inv_std);
-          // Center on a value of the row plus a small offset, as in Normalize().
-          const T center = src[0];
-          const T offset = static_cast<T>(mean - static_cast<double>(center));
+          const T offset = static_cast<T>(shifted_mean);
           const T s = static_cast<T>(inv_std);
           if (!scale_is_scalar && beta != nullptr && !bias_is_scalar) {
             NormalizeAffine(src, dst, row, center, offset, s, gamma, beta);

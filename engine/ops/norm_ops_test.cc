@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "engine/model/traind_schemas.h"
@@ -265,6 +266,51 @@ TEST(LayerNormalizationTest, LastAxisWithMeanAndInvStdDevOutputs) {
       .AddOutput<float>("mean", {2, 1}, {2, 4})
       .AddOutput<float>("inv_std", {2, 1}, {1, 0.5})
       .Run();
+}
+
+// Float rows against float64: some far from zero (mean 1000, deviation 1), some whose first value is far out (the
+// one-pass statistics are shifted by a row's first value and must fall back to a second pass around the mean), row
+// lengths off the vector width. Y, Mean and InvStdDev within a few float ulps of the float64 values.
+TEST(LayerNormalizationTest, FloatRowsFarFromZeroMatchFloat64) {
+  for (const int64_t row : {int64_t{128}, int64_t{135}}) {
+    const int64_t rows = 40;
+    std::mt19937 generator(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(rows * row), scale(row), bias(row);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float offset = r % 3 == 1 ? 1000.0f : 0.0f;
+      for (int64_t i = 0; i < row; ++i) x[r * row + i] = offset + normal(generator);
+      if (r % 4 == 2) x[r * row] = offset + 40.0f;
+    }
+    for (int64_t i = 0; i < row; ++i) {
+      scale[i] = 1.0f + 0.5f * normal(generator);
+      bias[i] = normal(generator);
+    }
+    const double epsilon = 1e-5;
+    std::vector<float> y(x.size()), means(rows), inv_stds(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < row; ++i) mean += x[r * row + i];
+      mean /= static_cast<double>(row);
+      for (int64_t i = 0; i < row; ++i) var += (x[r * row + i] - mean) * (x[r * row + i] - mean);
+      const double inv = 1.0 / std::sqrt(var / static_cast<double>(row) + epsilon);
+      for (int64_t i = 0; i < row; ++i) {
+        y[r * row + i] = static_cast<float>((x[r * row + i] - mean) * inv * scale[i] + bias[i]);
+      }
+      means[r] = static_cast<float>(mean);
+      inv_stds[r] = static_cast<float>(inv);
+    }
+    OpTester("LayerNormalization", 17)
+        .AddAttribute("epsilon", static_cast<float>(epsilon))
+        .AddInput<float>("x", {rows, row}, x)
+        .AddInput<float>("scale", {row}, scale)
+        .AddInput<float>("b", {row}, bias)
+        .AddOutput<float>("y", {rows, row}, y)
+        .AddOutput<float>("mean", {rows, 1}, means)
+        .AddOutput<float>("inv_std", {rows, 1}, inv_stds)
+        .SetTolerance(2e-6, 2e-6)
+        .Run();
+  }
 }
 
 TEST(LayerNormalizationTest, AxisZeroScalarScaleNoBiasDouble) {
