@@ -49,9 +49,17 @@ TEST(ErfGradTest, MatchesTheGaussianSlopeInFloatAndDouble) {
 TEST(GeluGradTest, MatchesTheSlopeOfExactGeluInFloatAndDouble) {
   std::vector<float> x, dy, expected;
   std::vector<double> x64, dy64, expected64;
-  for (int i = -80; i <= 80; ++i) {
-    x.push_back(i / 10.0f);
-    dy.push_back(1.0f - i / 200.0f);
+  // -8..8 by 0.1 and values far out on both sides (both clamps of the vector path), 177 in all: eleven vectors of 16
+  // and a scalar tail.
+  std::vector<float> points;
+  for (int i = -80; i <= 80; ++i) points.push_back(i / 10.0f);
+  for (float far : {9.5f, 13.0f, 30.0f, 100.0f, 1e4f, 3e38f, 2.5e-30f, 0.0f}) {
+    points.push_back(far);
+    points.push_back(-far);
+  }
+  for (const float point : points) {
+    x.push_back(point);
+    dy.push_back(1.0f - point / 200.0f);
     const double v = x.back();
     const double slope = 0.5 * (1.0 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI);
     expected.push_back(static_cast<float>(dy.back() * slope));
@@ -64,6 +72,14 @@ TEST(GeluGradTest, MatchesTheSlopeOfExactGeluInFloatAndDouble) {
       .AddInput<float>("dy", {n}, dy)
       .AddInput<float>("x", {n}, x)
       .AddOutput<float>("dx", {n}, expected)
+      .SetTolerance(1e-6, 1e-6)
+      .Run();
+  // The far values alone, fewer than a vector: the scalar loop's clamps.
+  const int64_t tail = 15;
+  OpTester("GeluGrad", kTraindTrainingVersion, kTraindTrainingDomain)
+      .AddInput<float>("dy", {tail}, std::vector<float>(dy.end() - tail, dy.end()))
+      .AddInput<float>("x", {tail}, std::vector<float>(x.end() - tail, x.end()))
+      .AddOutput<float>("dx", {tail}, std::vector<float>(expected.end() - tail, expected.end()))
       .SetTolerance(1e-6, 1e-6)
       .Run();
   OpTester("GeluGrad", kTraindTrainingVersion, kTraindTrainingDomain)
