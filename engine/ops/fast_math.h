@@ -9,6 +9,9 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace traind::engine {
 
@@ -186,6 +189,31 @@ inline float FastLog1p(float t) {
   const float result = FastLog(w) - ((w - 1.0f) - t) / (w > 0.0f ? w : 1.0f);
   return t == std::numeric_limits<float>::infinity() ? t : result;  // (inf - 1) - inf is NaN
 }
+
+#if defined(__AVX512F__)
+inline __m512 Splat(float value) { return _mm512_set1_ps(value); }
+
+// exp(x) for x <= 0 in 16 lanes, FastExp's reduction and polynomial with AVX-512 instructions: the clamp a vmaxps
+// (at -104, where exp rounds to 0; vscalefps makes the subnormal results in between) and 2^n a vscalefps. GCC compiles
+// FastExp(FloatLanes) into masked copies of its chain, one per side of each clamp: this runs in about 2/5 of the time
+// (GeluGrad, softmax rows). NaN gives NaN (the clamp keeps it: vmaxps returns its second operand when either is NaN).
+// The maskz forms with every lane set: the plain intrinsics pass GCC 12 an undefined vector it warns of.
+inline __m512 ExpOfNonPositive512(__m512 x) {
+  x = _mm512_maskz_max_ps(0xFFFF, Splat(-104.0f), x);
+  const __m512 n = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(x, Splat(1.44269504088896341f)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, Splat(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, Splat(-2.12194440e-4f), r);
+  __m512 p = Splat(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, Splat(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, Splat(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, Splat(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, Splat(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, Splat(5.0000001201e-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), Splat(1.0f));
+  return _mm512_maskz_scalef_ps(0xFFFF, y, n);
+}
+#endif
 
 }  // namespace traind::engine
 

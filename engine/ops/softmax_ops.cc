@@ -141,7 +141,23 @@ class SoftmaxKernel final : public Kernel {
       const T* in = x->data<T>();
       T* out = y->mutable_data<T>();
       if constexpr (std::is_same_v<T, float>) {
-        if (kind_ == SoftmaxKind::kSoftmax) return dnnl_.Run(split, in, out);
+        // Rows along the last axis go to SoftmaxRow where it has its AVX-512 body (softmax_slab.h): 2-3x oneDNN's
+        // primitive on attention's short rows.
+#if defined(__AVX512F__)
+        const bool rows_of_lanes = split.inner == 1;
+#else
+        const bool rows_of_lanes = false;
+#endif
+        if (kind_ == SoftmaxKind::kSoftmax && !rows_of_lanes) return dnnl_.Run(split, in, out);
+        if (split.inner == 1 && kind_ != SoftmaxKind::kHardmax) {
+          const int64_t n = split.axis_dim;
+          context.threads().ParallelFor(split.outer, RowsPerChunk(n, kParallelElementThreshold / 8),
+                                        [&](int64_t begin, int64_t end) {
+                                          SoftmaxRows(in + begin * n, out + begin * n, end - begin, n,
+                                                      kind_ == SoftmaxKind::kLogSoftmax);
+                                        });
+          return absl::OkStatus();
+        }
       }
       const int64_t blocks_per_slab = (split.inner + kSoftmaxInnerBlock - 1) / kSoftmaxInnerBlock;
       const int64_t slab = split.axis_dim * split.inner;

@@ -65,40 +65,53 @@ TEST(SoftmaxTest, FloatKernelsAreWithinAFewUlpOfFloat64) {
   }
 }
 
-// Long rows along the last axis (1000 and 37 classes: vectors of 16 and a tail) take the vectorised exp
-// (softmax_slab.h): the same bounds against float64, with wide logits.
+// Rows along the last axis (1000, 64, 37 and 5 classes: vectors of 16 and tails; 5 rows: a group of four and one)
+// take the vectorised exp (softmax_slab.h): the same bounds against float64, log softmax with wide logits.
 TEST(SoftmaxTest, LongLastAxisRowsAreWithinAFewUlpOfFloat64) {
   constexpr double kLogSoftmaxBound = 4 * 1.1920929e-7;
-  for (int64_t classes : {1000, 37}) {
-    SCOPED_TRACE(classes);
-    const Tensor x = RandomTensor({5, classes}, -30, 30, 7);
-    OpTester test("LogSoftmax", 13);
-    test.AddInputTensor("x", x).AddAttribute("axis", int64_t{-1}).AddOutputShape("y", DataType::kFloat32, {5, classes});
-    auto y = test.RunRaw();
-    ASSERT_TRUE(y.ok()) << y.status();
-    EXPECT_LE(testing::MaxScaledError((*y)[0], testing::SoftmaxFloat64Reference(x, -1, 13, true), 1.0),
-              kLogSoftmaxBound);
+  constexpr double kSoftmaxBound = 9.5367432e-7 + 4 * 1.1920929e-7;
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    const bool log_softmax = std::string(op) == "LogSoftmax";
+    for (int64_t classes : {1000, 64, 37, 5}) {
+      SCOPED_TRACE(std::string(op) + " " + std::to_string(classes));
+      // Softmax's bound is relative: x - max rounds to half an ulp of itself (1e-6 at 20), which exp turns into a
+      // relative error, so its logits stay within [-10, 10] as in the test above.
+      const double range = log_softmax ? 30 : 10;
+      const Tensor x = RandomTensor({5, classes}, -range, range, 7);
+      OpTester test(op, 13);
+      test.AddInputTensor("x", x).AddAttribute("axis", int64_t{-1}).AddOutputShape("y", DataType::kFloat32,
+                                                                                     {5, classes});
+      auto y = test.RunRaw();
+      ASSERT_TRUE(y.ok()) << y.status();
+      EXPECT_LE(testing::MaxScaledError((*y)[0], testing::SoftmaxFloat64Reference(x, -1, 13, log_softmax),
+                                        log_softmax ? 1.0 : 0.0),
+                log_softmax ? kLogSoftmaxBound : kSoftmaxBound);
+    }
   }
 }
 
 // A NaN anywhere in a row makes the whole row NaN (PyTorch's log_softmax does the same, and a loss over it must
-// come out non-finite); a -inf logit is a -inf log-probability and leaves the others finite.
+// come out non-finite); a -inf logit is a -inf log-probability (a probability of 0) and leaves the others finite.
 TEST(SoftmaxTest, LongRowsPropagateNaNAndKeepMinusInfinity) {
   std::vector<float> x(2 * 40);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i % 17);
   x[23] = std::numeric_limits<float>::quiet_NaN();
   x[40 + 5] = -std::numeric_limits<float>::infinity();
-  OpTester test("LogSoftmax", 13);
-  test.AddInput<float>("x", {2, 40}, x).AddOutputShape("y", DataType::kFloat32, {2, 40});
-  auto y = test.RunRaw();
-  ASSERT_TRUE(y.ok()) << y.status();
-  const float* out = (*y)[0].data<float>();
-  for (int i = 0; i < 40; ++i) EXPECT_TRUE(std::isnan(out[i])) << i;
-  for (int i = 40; i < 80; ++i) {
-    if (i == 45) {
-      EXPECT_EQ(out[i], -std::numeric_limits<float>::infinity());
-    } else {
-      EXPECT_TRUE(std::isfinite(out[i])) << i;
+  for (const char* op : {"Softmax", "LogSoftmax"}) {
+    SCOPED_TRACE(op);
+    const bool log_softmax = std::string(op) == "LogSoftmax";
+    OpTester test(op, 13);
+    test.AddInput<float>("x", {2, 40}, x).AddOutputShape("y", DataType::kFloat32, {2, 40});
+    auto y = test.RunRaw();
+    ASSERT_TRUE(y.ok()) << y.status();
+    const float* out = (*y)[0].data<float>();
+    for (int i = 0; i < 40; ++i) EXPECT_TRUE(std::isnan(out[i])) << i;
+    for (int i = 40; i < 80; ++i) {
+      if (i == 45) {
+        EXPECT_EQ(out[i], log_softmax ? -std::numeric_limits<float>::infinity() : 0.0f);
+      } else {
+        EXPECT_TRUE(std::isfinite(out[i])) << i;
+      }
     }
   }
 }
