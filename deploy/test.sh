@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, then builds and runs the whole suite — unit tests, integration
-# tests against the real daemon, the ONNX backend tests — optimised and again under AddressSanitizer.
+# tests against the real daemon, the ONNX backend tests — optimised and again under AddressSanitizer, and the
+# kernels' tests once more built for a CPU without AVX-512.
 # Prints a closing line "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,12 @@ for config in "" "--config=asan --test_tag_filters=-no-asan --build_tests_only";
   bazel test ${config} --test_summary=short //... 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 done
+
+# Third, the engine's kernels built for any x86-64-v2 CPU (--config=portable): the portable loops that an AVX-512
+# build replaces with its own (softmax rows, GeluGrad) run their tests too.
+echo "== bazel test --config=portable //engine/ops:all" >&2
+bazel test --config=portable --test_summary=short //engine/ops:all 2>&1 | tee -a "$log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")

@@ -125,6 +125,7 @@ inline void SoftmaxRow(const float* x, float* y, int64_t n, bool log) { SoftmaxR
 // classes took 7 ms for 1024 rows). The row in 16-lane vectors of FastExp; the sum in 16 partial sums added in a
 // fixed order.
 inline void SoftmaxRow(const float* x, float* y, int64_t n, bool log) {
+  constexpr float kExpUnderflow = -87.3f;
   // The maximum, NaN skipped as in SoftmaxSlab (a compare with NaN is false), lane by lane (GCC keeps a float
   // max reduction scalar).
   const int64_t whole = n / kFloatLanes * kFloatLanes;
@@ -141,14 +142,18 @@ inline void SoftmaxRow(const float* x, float* y, int64_t n, bool log) {
   for (int64_t a = 0; a < whole; a += kFloatLanes) {
     FloatLanes v;
     std::memcpy(&v, x + a, sizeof(v));
-    const FloatLanes e = FastExp(v - max);
+    // FastExp clamps its argument at -87.3: below that (a -inf logit, attention's mask) the probability is 0, not
+    // FastExp's 1e-38.
+    const FloatLanes d = v - max;
+    const FloatLanes e = d < kExpUnderflow ? FloatLanes{} : FastExp(d);
     if (!log) std::memcpy(y + a, &e, sizeof(e));
     sums += e;
   }
   float partial[kFloatLanes];
-  std::memcpy(partial, &sums, sizeof(partial));
+  for (int l = 0; l < kFloatLanes; ++l) partial[l] = sums[l];
   for (int64_t a = whole; a < n; ++a) {
-    const float e = FastExp(x[a] - max);
+    const float d = x[a] - max;
+    const float e = d < kExpUnderflow ? 0.0f : FastExp(d);
     if (!log) y[a] = e;
     partial[a - whole] += e;
   }
