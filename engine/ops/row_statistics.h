@@ -26,7 +26,8 @@ double HorizontalSum(Lanes lanes) {
                       __builtin_shufflevector(lanes, lanes, 8, 9, 10, 11, 12, 13, 14, 15);
     quarter = __builtin_shufflevector(half, half, 0, 1, 2, 3) + __builtin_shufflevector(half, half, 4, 5, 6, 7);
   } else {
-    const Half half = __builtin_shufflevector(lanes, lanes, 0, 1, 2, 3) + __builtin_shufflevector(lanes, lanes, 4, 5, 6, 7);
+    const Half half =
+        __builtin_shufflevector(lanes, lanes, 0, 1, 2, 3) + __builtin_shufflevector(lanes, lanes, 4, 5, 6, 7);
     quarter = __builtin_shufflevector(half, half, 0, 1) + __builtin_shufflevector(half, half, 2, 3);
   }
   double total = 0;

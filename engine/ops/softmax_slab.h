@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "engine/ops/fast_math.h"
+#include "engine/ops/row_statistics.h"
 
 namespace traind::engine {
 
@@ -19,7 +20,7 @@ namespace traind::engine {
 inline constexpr int64_t kSoftmaxInnerBlock = 256;
 
 #if defined(__AVX512F__)
-// The largest / the sum of a vector's lanes, halving in registers (a fixed order).
+// The largest of a vector's lanes, halving in registers.
 inline float LanesMax(__m512 v) {
   typedef float Half __attribute__((vector_size(32)));
   typedef float Quarter __attribute__((vector_size(16)));
@@ -35,24 +36,14 @@ inline float LanesMax(__m512 v) {
   return a > b ? a : b;
 }
 
-inline float LanesSum(__m512 v) {
-  typedef float Half __attribute__((vector_size(32)));
-  typedef float Quarter __attribute__((vector_size(16)));
-  const FloatLanes lanes = v;
-  const Half half = __builtin_shufflevector(lanes, lanes, 0, 1, 2, 3, 4, 5, 6, 7) +
-                    __builtin_shufflevector(lanes, lanes, 8, 9, 10, 11, 12, 13, 14, 15);
-  const Quarter quarter = __builtin_shufflevector(half, half, 0, 1, 2, 3) + __builtin_shufflevector(half, half, 4, 5, 6, 7);
-  return (quarter[0] + quarter[1]) + (quarter[2] + quarter[3]);
-}
-
-// Softmax (or log softmax) of `rows` contiguous float rows of n, x into y: the inner == 1 case (the last axis: attention
-// scores, a classifier's logits). AVX-512 lanes throughout, a row's last partial vector by masked loads and stores, the
-// exponentials by ExpOfNonPositive512 (x - max <= 0). A row is a chain of dependent steps (maximum, its broadcast,
-// exponentials, sum, its inverse) too short on attention's rows of 64 to keep the core busy: the rows go in groups of
-// four, each step done for the four before the next, so that the core overlaps four independent chains (groups of
-// eight gain nothing more). 4096 rows of 64 (the transformer's attention, 1 thread, Zen 5): oneDNN's softmax primitive
-// 0.106 ms, this one row at a time 0.072, in groups of four 0.054. NaN: skipped by the maximum, as in SoftmaxSlab, and
-// carried by the sum into its row.
+// Softmax (or log softmax) of `rows` contiguous float rows of n, x into y: the inner == 1 case (the last axis:
+// attention scores, a classifier's logits). AVX-512 lanes throughout, a row's last partial vector by masked loads and
+// stores, the exponentials by ExpOfNonPositive512 (x - max <= 0). A row is a chain of dependent steps (maximum, its
+// broadcast, exponentials, sum, its inverse) too short on attention's rows of 64 to keep the core busy: the rows go in
+// groups of four, each step done for the four before the next, so that the core overlaps four independent chains
+// (groups of eight gain nothing more). 4096 rows of 64 (the transformer's attention, 1 thread, Zen 5): oneDNN's
+// softmax primitive 0.106 ms, this one row at a time 0.072, in groups of four 0.054. NaN: skipped by the maximum, as
+// in SoftmaxSlab, and carried by the sum into its row.
 inline void SoftmaxRows(const float* x, float* y, int64_t rows, int64_t n, bool log) {
   constexpr int kGroup = 4;
   const int64_t whole = n / kFloatLanes * kFloatLanes;
@@ -93,7 +84,7 @@ inline void SoftmaxRows(const float* x, float* y, int64_t rows, int64_t n, bool 
     for (int r = 0; r < count; ++r) {
       const float* row = x + (first + r) * n;
       float* out = y + (first + r) * n;
-      const float sum = LanesSum(sums[r]);
+      const float sum = static_cast<float>(HorizontalSum<float>(sums[r]));
       if (log) {
         // (x - max) - log(sum), in that order (see SoftmaxSlab).
         const __m512 log_sum = Splat(std::log(sum));
