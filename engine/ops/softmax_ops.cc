@@ -197,11 +197,7 @@ class SoftmaxGradKernel final : public Kernel {
   absl::Status Compute(KernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* y, context.RequiredInput(1));
-    if (dy->shape() != y->shape() || dy->dtype() != y->dtype()) {
-      return absl::InvalidArgumentError(absl::StrCat("SoftmaxGrad: dY ", dy->DebugString(),
-                                                     " must have Y's shape and dtype, Y is ", y->DebugString()));
-    }
-    TRAIND_ASSIGN_OR_RETURN(const AxisSplit split, SoftmaxSplit(*y, attributes_));
+    TRAIND_ASSIGN_OR_RETURN(const AxisSplit split, CheckSoftmaxGradInputs(*dy, *y, attributes_));
     return DispatchAmong<TRAIND_FLOAT_TYPES>(y->dtype(), "SoftmaxGrad", [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
       TRAIND_ASSIGN_OR_RETURN(Tensor * dx, context.AllocateOutput(0, y->dtype(), y->shape()));
@@ -278,6 +274,15 @@ absl::StatusOr<SoftmaxAttributes> ParseSoftmaxGradAttributes(const KernelInit& i
   TRAIND_ASSIGN_OR_RETURN(const int64_t coerce_to_2d, init.GetInt("coerce_to_2d", 0));
   attributes.coerce_to_2d = coerce_to_2d != 0;
   return attributes;
+}
+
+absl::StatusOr<AxisSplit> CheckSoftmaxGradInputs(const Tensor& dy, const Tensor& y,
+                                                 const SoftmaxAttributes& attributes) {
+  if (dy.shape() != y.shape() || dy.dtype() != y.dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SoftmaxGrad: dY ", dy.DebugString(), " must have Y's shape and dtype, Y is ", y.DebugString()));
+  }
+  return SoftmaxSplit(y, attributes);
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> CreateSoftmaxGradKernel(const KernelInit& init) {

@@ -27,6 +27,10 @@ absl::StatusOr<SoftmaxAttributes> ParseSoftmaxGradAttributes(const KernelInit& i
 // is one element; from 13 its axis is out of range.
 absl::StatusOr<AxisSplit> SoftmaxSplit(const Tensor& x, const SoftmaxAttributes& attributes);
 
+// SoftmaxGrad's inputs: dY of Y's shape and dtype (InvalidArgument otherwise), split as SoftmaxSplit splits Y.
+absl::StatusOr<AxisSplit> CheckSoftmaxGradInputs(const Tensor& dy, const Tensor& y,
+                                                 const SoftmaxAttributes& attributes);
+
 }  // namespace traind::engine
 
 #endif  // TRAIND_ENGINE_OPS_SOFTMAX_OPS_H_

@@ -1,6 +1,5 @@
 // GPU kernels of Softmax, LogSoftmax and SoftmaxGrad (softmax_ops.cl), float32; their contract (opset 13+ along
 // `axis`, opsets 1-12 over the input coerced to 2-D at `axis`) is softmax_ops.h's.
-#include "absl/strings/str_cat.h"
 #include "engine/ops/gpu_util.h"
 #include "engine/ops/softmax_ops.h"
 
@@ -42,11 +41,7 @@ class SoftmaxGradGpuKernel final : public GpuKernel {
   absl::Status Compute(GpuKernelContext& context) const override {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* dy, context.RequiredInput(0));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* y, context.RequiredInput(1));
-    if (dy->shape() != y->shape()) {
-      return absl::InvalidArgumentError(absl::StrCat("SoftmaxGrad: dY ", dy->DebugString(), " must have Y's shape ",
-                                                     y->DebugString()));
-    }
-    TRAIND_ASSIGN_OR_RETURN(const AxisSplit split, SoftmaxSplit(*y, attributes_));
+    TRAIND_ASSIGN_OR_RETURN(const AxisSplit split, CheckSoftmaxGradInputs(*dy, *y, attributes_));
     TRAIND_ASSIGN_OR_RETURN(Tensor * dx, context.AllocateOutput(0, y->dtype(), y->shape()));
     const int64_t positions = split.outer * split.inner;
     return kernel_.Launch1D(context, positions, context.mem(*dy), context.mem(*y), context.mem(*dx), positions,
