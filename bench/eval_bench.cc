@@ -2,7 +2,7 @@
 //
 //   bazel run -c opt //bench:eval_bench -- --model=M.onnx --input=input=x.npy [--reference=logits=ref.npy]
 //       [--threads=2] [--warmup=20] [--min_iters=20] [--min_time=1.5] [--repeats=3] [--json]
-//       [--noprepare_constants] [--nofuse_elementwise] [--nofold_bias_adds]
+//       [--noprepare_constants] [--nofuse_elementwise] [--nofold_bias_adds] [--nofuse_attention]
 //
 // Compile once, run `warmup` times, then time single runs until both min_iters and min_time are reached;
 // repeat that `repeats` times and report the median of the per-repeat medians (and p10/p90 of all runs).
@@ -52,6 +52,9 @@ ABSL_FLAG(int, profile_nodes, 0, "With --profile, also print the N slowest nodes
 ABSL_FLAG(bool, fold_bias_adds, true,
           "Fold a Linear layer's bias Add into its product (engine/runtime/bias_folding.h); --nofold_bias_adds "
           "measures what it brings.");
+ABSL_FLAG(bool, fuse_attention, true,
+          "Fuse attention's MatMul -> scale -> Softmax -> MatMul into one node (engine/runtime/attention_fusion.h); "
+          "--nofuse_attention measures what it brings.");
 ABSL_FLAG(bool, fuse_elementwise, true,
           "Fuse groups of elementwise nodes (engine/runtime/fused_elementwise.h); --nofuse_elementwise measures "
           "what that brings.");
@@ -85,6 +88,7 @@ int Main() {
   compile_options.fuse_elementwise = absl::GetFlag(FLAGS_fuse_elementwise) && absl::GetFlag(FLAGS_device) == "cpu";
   compile_options.fold_transposes = absl::GetFlag(FLAGS_device) == "cpu";
   compile_options.fold_bias_adds = absl::GetFlag(FLAGS_fold_bias_adds) && absl::GetFlag(FLAGS_device) == "cpu";
+  compile_options.fuse_attention = absl::GetFlag(FLAGS_fuse_attention) && absl::GetFlag(FLAGS_device) == "cpu";
   compile_options.channels_last = absl::GetFlag(FLAGS_channels_last) && absl::GetFlag(FLAGS_device) == "cpu";
   absl::StatusOr<std::shared_ptr<const Plan>> plan = Compile(*model, compile_options);
   if (!plan.ok()) return Fail(std::string(plan.status().message()));

@@ -122,6 +122,11 @@ class Builder {
         }
         continue;
       }
+      if (const std::optional<AttentionMatch> attention = MatchAttention(node); attention.has_value()) {
+        // The whole attention chain at once, as for GELU: its inner values get no gradients.
+        EmitAttentionGradient(node, *attention, output_gradients[0]);
+        continue;
+      }
       const OpRegistration* registration = registry_.Find(node.domain(), node.op_type(), OpsetOf(node));
       if (registration != nullptr && registration->gradient.state == GradientState::kNotDifferentiable) continue;
       if (registration != nullptr && registration->gradient.state == GradientState::kViaVersionConversion) {
@@ -293,6 +298,120 @@ class Builder {
       }
     }
     return false;
+  }
+
+  // Scaled dot-product attention as exporters write it: `root` = MatMul(P, V), P = Softmax(S') over the last axis,
+  // S' = S * c, c * S or S / c for a scalar constant c (or S' = S), S = MatMul(Q, B); S, S' and P read by nothing
+  // else; float32; Q, B and V of one rank >= 2 with batch dims known equal (MatMul would broadcast them). The
+  // backward of the chain is then one ScaledDotProductAttentionGrad(dO, Q, B, V, P) (engine/ops/attention_ops.h),
+  // which keeps each head's scores in the cache, instead of the four nodes' rules: two products, a Mul, a
+  // SoftmaxGrad and two more products, each a pass over the [..., Lq, Lk] scores. Where B = Transpose(K) swaps K's
+  // last two axes, the gradient goes to K directly (transB) rather than through the Transpose's rule.
+  struct AttentionMatch {
+    std::string q, b, v, p;
+    float scale = 1.0f;
+    bool trans_b = false;
+  };
+
+  std::optional<AttentionMatch> MatchAttention(const onnx::NodeProto& root) const {
+    if (root.op_type() != "MatMul" || !(root.domain().empty() || root.domain() == "ai.onnx") ||
+        root.input_size() != 2 || root.output_size() != 1) {
+      return std::nullopt;
+    }
+    AttentionMatch match;
+    match.p = root.input(0);
+    match.v = root.input(1);
+    const onnx::NodeProto* softmax = ForwardProducer(match.p, "Softmax");
+    if (softmax == nullptr || softmax->input_size() != 1 || !PrivateToPattern(match.p)) return std::nullopt;
+    const ValueFacts* p_facts = Facts(match.p);
+    if (p_facts == nullptr || p_facts->elem_type != onnx::TensorProto::FLOAT || !p_facts->has_rank ||
+        p_facts->partial_dims.size() < 2) {
+      return std::nullopt;
+    }
+    const int64_t rank = static_cast<int64_t>(p_facts->partial_dims.size());
+    // The last axis: opset 13's default, or named; before 13 the input coerced to 2-D at the last axis is the same.
+    int64_t axis = OpsetOf(*softmax) >= 13 ? -1 : 1;
+    for (const auto& attribute : softmax->attribute()) {
+      if (attribute.name() == "axis") axis = attribute.i();
+    }
+    if (axis != -1 && axis != rank - 1) return std::nullopt;
+    std::string scores = softmax->input(0);
+    if (!PrivateToPattern(scores)) return std::nullopt;
+    if (const onnx::NodeProto* scaling = ForwardProducer(scores, "Mul");
+        scaling != nullptr && scaling->input_size() == 2) {
+      const int factor = ScalarFloatConstant(scaling->input(1)).has_value() ? 1 : 0;
+      const std::optional<double> c = ScalarFloatConstant(scaling->input(factor));
+      if (!c.has_value()) return std::nullopt;
+      match.scale = static_cast<float>(*c);
+      scores = scaling->input(1 - factor);
+    } else if (const onnx::NodeProto* division = ForwardProducer(scores, "Div");
+               division != nullptr && division->input_size() == 2) {
+      const std::optional<double> c = ScalarFloatConstant(division->input(1));
+      if (!c.has_value() || *c == 0.0) return std::nullopt;
+      match.scale = static_cast<float>(1.0 / *c);
+      scores = division->input(0);
+    }
+    if (!std::isfinite(match.scale)) return std::nullopt;
+    const onnx::NodeProto* product = ForwardProducer(scores, "MatMul");
+    if (product == nullptr || product->input_size() != 2 || (scores != softmax->input(0) && !PrivateToPattern(scores))) {
+      return std::nullopt;
+    }
+    match.q = product->input(0);
+    match.b = product->input(1);
+    if (const onnx::NodeProto* transpose = ForwardProducer(match.b, "Transpose");
+        transpose != nullptr && transpose->input_size() == 1) {
+      std::vector<int64_t> swap_last_two(static_cast<size_t>(rank));
+      for (int64_t i = 0; i < rank; ++i) swap_last_two[i] = i;
+      std::swap(swap_last_two[rank - 1], swap_last_two[rank - 2]);
+      for (const auto& attribute : transpose->attribute()) {
+        if (attribute.name() == "perm" &&
+            std::vector<int64_t>(attribute.ints().begin(), attribute.ints().end()) == swap_last_two) {
+          match.b = transpose->input(0);
+          match.trans_b = true;
+        }
+      }
+    }
+    // Every operand float32 of P's rank, the batch dims equal (static and equal, or the same symbol).
+    const ValueFacts* q_facts = Facts(match.q);
+    const ValueFacts* b_facts = Facts(match.b);
+    const ValueFacts* v_facts = Facts(match.v);
+    for (const ValueFacts* facts : {q_facts, b_facts, v_facts}) {
+      if (facts == nullptr || facts->elem_type != onnx::TensorProto::FLOAT || !facts->has_rank ||
+          static_cast<int64_t>(facts->partial_dims.size()) != rank) {
+        return std::nullopt;
+      }
+    }
+    for (int64_t i = 0; i + 2 < rank; ++i) {
+      const int64_t dim = q_facts->partial_dims[i];
+      const std::string& param = q_facts->dim_params[i];
+      for (const ValueFacts* facts : {b_facts, v_facts}) {
+        const bool same = dim >= 0 ? facts->partial_dims[i] == dim
+                                   : facts->partial_dims[i] < 0 && !param.empty() && facts->dim_params[i] == param;
+        if (!same) return std::nullopt;
+      }
+    }
+    return match;
+  }
+
+  void EmitAttentionGradient(const onnx::NodeProto& root, const AttentionMatch& match, const std::string& dout) {
+    std::vector<std::string> gradients;
+    bool any = false;
+    for (const std::string* input : {&match.q, &match.b, &match.v}) {
+      const bool needed = requires_grad_.contains(*input) && MayCarryGradient(Facts(*input));
+      gradients.push_back(needed ? TempName(*input + "_grad_part") : "");
+      any |= needed;
+    }
+    if (!any) return;
+    GradientRuleContext context(root, OpsetOf(root), {dout}, gradients, Callbacks());
+    onnx::NodeProto* node =
+        context.Emit("ScaledDotProductAttentionGrad", {dout, match.q, match.b, match.v, match.p}, gradients);
+    node->set_domain(kTraindTrainingDomain);
+    GradientRuleContext::SetFloatAttr(node, "scale", match.scale);
+    GradientRuleContext::SetIntAttr(node, "transB", match.trans_b ? 1 : 0);
+    const std::string* inputs[] = {&match.q, &match.b, &match.v};
+    for (int i = 0; i < 3; ++i) {
+      if (!gradients[i].empty()) partials_[*inputs[i]].push_back(gradients[i]);
+    }
   }
 
   // Elementwise ops without attributes that cost one pass over their output and give the same bits every time.

@@ -959,6 +959,133 @@ TEST(GradientBuilderTest, ExactGeluInFloat32MatchesTheFloat64Gradient) {
   for (int64_t i = 0; i < 30; ++i) EXPECT_NEAR(Get(g32, i), Get(g64, i), 1e-4 * std::max(1.0, std::fabs(Get(g64, i))));
 }
 
+// Scaled dot-product attention as exporters write it, MatMul(Q, K^T) -> scale -> Softmax -> MatMul(P, V), in three
+// forms: the keys transposed by a Transpose of the last two axes and Mul by the scale (the transformer workload),
+// the keys given transposed and Div by the scale, and a rank-3 chain with the scale first in its Mul and Softmax's
+// axis named. `p_read_elsewhere`: the loss also reads P.
+void AddAttention(int form, bool p_read_elsewhere, ModelBuilder& b) {
+  const bool rank3 = form == 2;
+  const std::vector<int64_t> batch = rank3 ? std::vector<int64_t>{3} : std::vector<int64_t>{2, 3};
+  auto with = [&](int64_t rows, int64_t cols) {
+    std::vector<int64_t> dims = batch;
+    dims.push_back(rows);
+    dims.push_back(cols);
+    return dims;
+  };
+  b.Input("Q", with(5, 4));
+  b.Input(form == 1 ? "Kt" : "K", form == 1 ? with(4, 6) : with(6, 4));
+  b.Input("V", with(6, 2));
+  b.Input("C", with(5, 2));
+  b.ScalarInitializer("scale", 0.5);
+  std::string keys = "Kt";
+  if (form != 1) {
+    ModelBuilder::IntsAttr(b.Node("Transpose", {"K"}, "Kt"), "perm", rank3 ? std::vector<int64_t>{0, 2, 1}
+                                                                             : std::vector<int64_t>{0, 1, 3, 2});
+  }
+  b.Node("MatMul", {"Q", keys}, "S");
+  if (form == 0) b.Node("Mul", {"S", "scale"}, "S_scaled");
+  if (form == 1) b.Node("Div", {"S", "scale"}, "S_scaled");
+  if (form == 2) b.Node("Mul", {"scale", "S"}, "S_scaled");
+  onnx::NodeProto* softmax = b.Node("Softmax", {"S_scaled"}, "P");
+  if (form == 2) ModelBuilder::IntAttr(softmax, "axis", 2);
+  b.Node("MatMul", {"P", "V"}, "O");
+  b.Node("Mul", {"O", "C"}, "weighted");
+  std::string summed = "weighted";
+  if (p_read_elsewhere) {
+    b.Node("ReduceSum", {"P"}, "p_sum");  // keepdims: [1, ..] broadcasts against O's shape
+    b.Node("Mul", {"weighted", "p_sum"}, "weighted_p");
+    summed = "weighted_p";
+  }
+  ModelBuilder::IntAttr(b.Node("ReduceSum", {summed}, "loss"), "keepdims", 0);
+  b.Output("loss");
+}
+
+// The gradients of `parameters` in float32 against those of the same model in float64 (where the chain's own rules
+// run, themselves checked against central differences).
+void ExpectFloat32AttentionGradientsMatchFloat64(int form, bool p_read_elsewhere,
+                                                 const std::vector<std::string>& parameters) {
+  ModelBuilder b32(onnx::TensorProto::FLOAT), b64;
+  AddAttention(form, p_read_elsewhere, b32);
+  AddAttention(form, p_read_elsewhere, b64);
+  const NamedTensors inputs64 = RandomInputs(b64, 31 + form, /*positive=*/false);
+  ExpectGradientsMatchFiniteDifferences(b64, parameters, inputs64);
+  NamedTensors inputs32;
+  for (const auto& [name, tensor] : inputs64) {
+    Tensor single = *Tensor::Allocate(DataType::kFloat32, tensor.shape());
+    for (int64_t i = 0; i < tensor.num_elements(); ++i) Set(single, i, Get(tensor, i));
+    inputs32.emplace_back(name, single);
+  }
+  auto run = [&parameters](const ModelBuilder& b, const NamedTensors& inputs) {
+    std::map<std::string, Tensor> gradients;
+    auto gradient_model = BuildGradientModel(b.model(), {"loss", parameters});
+    EXPECT_TRUE(gradient_model.ok()) << gradient_model.status();
+    if (!gradient_model.ok()) return gradients;
+    auto validated = LoadModelFromBytes(gradient_model->SerializeAsString());
+    EXPECT_TRUE(validated.ok()) << validated.status();
+    if (!validated.ok()) return gradients;
+    auto session = Session::Create(*validated);
+    EXPECT_TRUE(session.ok()) << session.status();
+    auto outputs = (*session)->Run(inputs);
+    EXPECT_TRUE(outputs.ok()) << outputs.status();
+    if (outputs.ok()) {
+      for (const auto& [name, tensor] : *outputs) gradients[name] = tensor;
+    }
+    return gradients;
+  };
+  std::map<std::string, Tensor> g32 = run(b32, inputs32), g64 = run(b64, inputs64);
+  for (const std::string& parameter : parameters) {
+    const Tensor& single = g32.at(GradientName(parameter));
+    const Tensor& reference = g64.at(GradientName(parameter));
+    ASSERT_EQ(single.shape(), reference.shape()) << parameter;
+    for (int64_t i = 0; i < reference.num_elements(); ++i) {
+      EXPECT_NEAR(Get(single, i), Get(reference, i), 1e-5 * std::max(1.0, std::fabs(Get(reference, i))))
+          << parameter << " element " << i;
+    }
+  }
+}
+
+// Which ops a float32 model's backward pass is made of.
+std::map<std::string, int> BackwardOps(const ModelBuilder& b, const std::vector<std::string>& parameters) {
+  std::map<std::string, int> ops;
+  auto gradient_model = BuildGradientModel(b.model(), {"loss", parameters});
+  EXPECT_TRUE(gradient_model.ok()) << gradient_model.status();
+  if (!gradient_model.ok()) return ops;
+  for (int n = b.model().graph().node_size(); n < gradient_model->graph().node_size(); ++n) {
+    ++ops[gradient_model->graph().node(n).op_type()];
+  }
+  return ops;
+}
+
+TEST(GradientBuilderTest, AttentionHasOneFusedGradientInEveryExportedForm) {
+  for (int form = 0; form < 3; ++form) {
+    SCOPED_TRACE(form);
+    const std::vector<std::string> parameters = {"Q", form == 1 ? "Kt" : "K", "V"};
+    ModelBuilder b(onnx::TensorProto::FLOAT);
+    AddAttention(form, /*p_read_elsewhere=*/false, b);
+    std::map<std::string, int> ops = BackwardOps(b, parameters);
+    EXPECT_EQ(ops["ScaledDotProductAttentionGrad"], 1);
+    EXPECT_EQ(ops["SoftmaxGrad"], 0);
+    EXPECT_EQ(ops["FusedMatMul"], 0);
+    EXPECT_EQ(ops["Transpose"], 0) << "the keys' gradient goes to K directly";
+    ExpectFloat32AttentionGradientsMatchFloat64(form, /*p_read_elsewhere=*/false, parameters);
+  }
+  // Only the gradients asked for: V frozen.
+  ModelBuilder b(onnx::TensorProto::FLOAT);
+  AddAttention(0, /*p_read_elsewhere=*/false, b);
+  EXPECT_EQ(BackwardOps(b, {"Q", "K"})["ScaledDotProductAttentionGrad"], 1);
+  ExpectFloat32AttentionGradientsMatchFloat64(0, /*p_read_elsewhere=*/false, {"Q", "K"});
+}
+
+// P read by something else: its gradient has another part, so the chain is differentiated node by node.
+TEST(GradientBuilderTest, AttentionWhoseWeightsAreReadElsewhereIsDifferentiatedNodeByNode) {
+  ModelBuilder b(onnx::TensorProto::FLOAT);
+  AddAttention(0, /*p_read_elsewhere=*/true, b);
+  std::map<std::string, int> ops = BackwardOps(b, {"Q", "K", "V"});
+  EXPECT_EQ(ops["ScaledDotProductAttentionGrad"], 0);
+  EXPECT_EQ(ops["SoftmaxGrad"], 1);
+  ExpectFloat32AttentionGradientsMatchFloat64(0, /*p_read_elsewhere=*/true, {"Q", "K", "V"});
+}
+
 TEST(GradientBuilderTest, AnOpWithoutAGradientRuleOnThePathIsReportedWithTheParametersItBlocks) {
   ModelBuilder b;
   b.Input("x", {2});

@@ -260,6 +260,57 @@ onnx::OpSchema SoftmaxGradSchema() {
   return schema;
 }
 
+// Scaled dot-product attention (engine/ops/attention_ops.h): the fused forward a CPU plan makes of MatMul -> Mul ->
+// Softmax -> MatMul, and the gradient the gradient builder emits for that chain.
+onnx::OpSchema& AttentionAttributes(onnx::OpSchema& schema) {
+  return schema.Attr("scale", "The scores' factor before the softmax.", onnx::AttributeProto::FLOAT, 1.0f)
+      .Attr("transB", "1: B holds the keys as rows, [..., Lk, D]; 0: transposed, [..., D, Lk].",
+            onnx::AttributeProto::INT, int64_t{0})
+      .TypeConstraint("T", {"tensor(float)"}, "float32.");
+}
+
+onnx::OpSchema ScaledDotProductAttentionSchema() {
+  onnx::OpSchema schema;
+  schema.SetName("ScaledDotProductAttention")
+      .SetDomain(kTraindTrainingDomain)
+      .SinceVersion(kTraindTrainingVersion)
+      .SetDoc("P = softmax(scale * Q op(B)) over the last axis, O = P V, per batch item (equal batch dims, no "
+              "broadcasting).")
+      .Input(0, "Q", "[..., Lq, D].", "T")
+      .Input(1, "B", "The keys: [..., D, Lk], or [..., Lk, D] with transB.", "T")
+      .Input(2, "V", "[..., Lk, Dv].", "T")
+      .Output(0, "O", "[..., Lq, Dv].", "T")
+      .Output(1, "P", "Optional: the attention weights, [..., Lq, Lk].", "T", onnx::OpSchema::Optional);
+  AttentionAttributes(schema).TypeAndShapeInferenceFunction([](onnx::InferenceContext& ctx) {
+    onnx::propagateElemTypeFromInputToOutput(ctx, 0, 0);
+    if (ctx.getNumOutputs() > 1) onnx::propagateElemTypeFromInputToOutput(ctx, 0, 1);
+  });
+  return schema;
+}
+
+onnx::OpSchema ScaledDotProductAttentionGradSchema() {
+  onnx::OpSchema schema;
+  schema.SetName("ScaledDotProductAttentionGrad")
+      .SetDomain(kTraindTrainingDomain)
+      .SinceVersion(kTraindTrainingVersion)
+      .SetDoc("Gradients of ScaledDotProductAttention's inputs from dO and the forward's P: dV = P^T dO, dS = scale * "
+              "P * (dP - rowsum(dP * P)) with dP = dO V^T, dQ = dS op(B)^T, d op(B) = Q^T dS.")
+      .Input(0, "dO", "Gradient of O, [..., Lq, Dv].", "T")
+      .Input(1, "Q", "The forward's Q.", "T")
+      .Input(2, "B", "The forward's B.", "T")
+      .Input(3, "V", "The forward's V.", "T")
+      .Input(4, "P", "The forward's attention weights.", "T")
+      .Output(0, "dQ", "Optional: like Q.", "T", onnx::OpSchema::Optional)
+      .Output(1, "dB", "Optional: like B.", "T", onnx::OpSchema::Optional)
+      .Output(2, "dV", "Optional: like V.", "T", onnx::OpSchema::Optional);
+  AttentionAttributes(schema).TypeAndShapeInferenceFunction([](onnx::InferenceContext& ctx) {
+    for (size_t output = 0; output < 3 && output < ctx.getNumOutputs(); ++output) {
+      GradientLikeInput(ctx, output + 1, output);
+    }
+  });
+  return schema;
+}
+
 // Normalisation gradients: dX like X, dScale and dB like Scale.
 onnx::OpSchema NormalizationGradSchema(const char* name, const char* doc) {
   onnx::OpSchema schema;
@@ -396,7 +447,9 @@ const std::vector<SchemaFactory>& Schemas() {
   static const auto* schemas = new std::vector<SchemaFactory>{
       // Gradient kernels:
       ConvGradSchema, MaxPoolGradSchema, BatchNormalizationGradSchema, LayerNormalizationGradSchema, ReluGradSchema,
-      ErfGradSchema, GeluGradSchema, SoftmaxGradSchema,
+      ErfGradSchema, GeluGradSchema, SoftmaxGradSchema, ScaledDotProductAttentionGradSchema,
+      // The attention fusion's forward op:
+      ScaledDotProductAttentionSchema,
       // The channels-last plan pass's forward ops:
       ChannelsLastConvSchema, ChannelsLastBatchNormalizationSchema, ChannelsLastMaxPoolSchema,
       // Products:

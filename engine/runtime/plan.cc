@@ -17,6 +17,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/model/tensor_proto.h"
 #include "engine/model/traind_schemas.h"
+#include "engine/runtime/attention_fusion.h"
 #include "engine/runtime/bias_folding.h"
 #include "engine/runtime/channels_last.h"
 #include "engine/runtime/fused_elementwise.h"
@@ -73,6 +74,7 @@ class Compiler {
     TRAIND_RETURN_IF_ERROR(AddInitializersAndInputs());
     if (options_.fold_transposes) FoldTransposes();
     if (options_.fold_bias_adds) FoldBiasAdds();
+    if (options_.fuse_attention) FuseAttentionChains();
     if (options_.channels_last) ConvertToChannelsLast();
     TRAIND_ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder());
     for (int index : order) TRAIND_RETURN_IF_ERROR(AddNode(nodes_[index]));
@@ -165,6 +167,29 @@ class Compiler {
     graph.dims = StaticDims();
     for (const auto& output : graph_.output()) graph.outputs.insert(output.name());
     if (FoldBiasAddsIntoProducts(nodes_, graph) > 0) opsets_.try_emplace(kTraindTrainingDomain, kTraindTrainingVersion);
+  }
+
+  // engine/runtime/attention_fusion.h: MatMul -> scale -> Softmax -> MatMul as one node.
+  void FuseAttentionChains() {
+    AttentionFusionGraph graph;
+    graph.dims = StaticDims();
+    for (const auto* infos : {&graph_.input(), &graph_.output(), &graph_.value_info()}) {
+      for (const auto& info : *infos) {
+        if (info.type().has_tensor_type()) graph.elem_types.emplace(info.name(), info.type().tensor_type().elem_type());
+      }
+    }
+    for (const auto& initializer : graph_.initializer()) {
+      graph.elem_types.emplace(initializer.name(), initializer.data_type());
+      if (initializer.data_type() != onnx::TensorProto::FLOAT || initializer.data_location() == onnx::TensorProto::EXTERNAL) {
+        continue;
+      }
+      absl::StatusOr<Tensor> scalar = TensorFromProto(initializer, /*max_elements=*/1);
+      if (scalar.ok() && scalar->num_elements() == 1) graph.scalar_constants.emplace(initializer.name(), scalar->data<float>()[0]);
+    }
+    for (const auto& output : graph_.output()) graph.outputs.insert(output.name());
+    auto onnx_opset = opsets_.find("");
+    graph.onnx_opset = onnx_opset == opsets_.end() ? kNewestOnnxOpset : onnx_opset->second;
+    if (FuseAttention(nodes_, graph) > 0) opsets_.try_emplace(kTraindTrainingDomain, kTraindTrainingVersion);
   }
 
   // engine/runtime/channels_last.h: activations stay channels-last from one convolution to the next.

@@ -88,6 +88,8 @@ struct CompileOptions {
   bool fold_transposes = true;
   // A Linear layer's bias Add folded into its product (engine/runtime/bias_folding.h); CPU plans only, as above.
   bool fold_bias_adds = true;
+  // Attention's MatMul -> scale -> Softmax -> MatMul as one node (engine/runtime/attention_fusion.h); CPU plans only.
+  bool fuse_attention = true;
   // Activations channels-last between convolutions (engine/runtime/channels_last.h); CPU plans only, as above.
   bool channels_last = true;
 };

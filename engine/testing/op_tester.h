@@ -46,6 +46,8 @@ class OpTester {
   OpTester& AddInputTensor(const std::string& name, Tensor tensor);
   // An omitted optional input (empty name in the node).
   OpTester& AddMissingInput();
+  // An omitted optional output (empty name in the node): the kernel need not compute it, and Run compares the others.
+  OpTester& AddMissingOutput();
   // An input fed as an initializer (constant) rather than a graph input.
   template <typename T>
   OpTester& AddConstantInput(const std::string& name, Shape shape, std::vector<T> values,
@@ -97,6 +99,8 @@ class OpTester {
     return tensor.ok() ? *tensor : Tensor();
   }
   void BuildModel();
+  // The outputs the model's graph returns: the declared ones, without the missing ones.
+  std::vector<const Named*> GraphOutputs() const;
 
   std::string op_type_;
   int opset_;

@@ -1,0 +1,50 @@
+// Scaled dot-product attention fused into one node, on the node list the compiler plans (the model, its artifacts and
+// its exports keep their nodes).
+//
+// Exporters write attention as MatMul(Q, Kt) -> Mul(scale) (or Div, or nothing) -> Softmax(last axis) -> MatMul(P, V):
+// four nodes, each a pass over the [..., Lq, Lk] scores in memory (the transformer workload's attention: four 1 MB
+// passes per layer besides its products). ScaledDotProductAttention (engine/ops/attention_ops.h) does one batch item
+// (a head of one sequence) at a time with its scores in the cache, and writes P only where something else reads it
+// (the gradient, ScaledDotProductAttentionGrad).
+//
+// - O = MatMul(P, V), P = Softmax(S') over the last axis, S' = Mul(S, c) / Mul(c, S) / Div(S, c) for a float32 scalar
+//   constant c (or S' = S), S = MatMul(Q, B) or FusedMatMul(Q, B) without bias or transA; S and S' read by nothing
+//   else and not graph outputs; Q, B, V and P float32 of one rank >= 2, their batch dims statically equal (MatMul
+//   would broadcast others) -> O, P = ScaledDotProductAttention(Q, B, V, scale = c (or 1 / c), transB), P kept only
+//   when something else reads it or it is a graph output. The Softmax, the scaling node and the first product go.
+// - B = Transpose(K) swapping K's last two axes (MatMul of Q and K^T, PyTorch's export of q @ k.transpose(-2, -1)):
+//   the fused node reads K with transB = 1, and the Transpose goes too when nothing else reads B.
+//
+// Results differ from the unfused plan by the products' rounding (another order of the same sums; a Div by c
+// becomes a multiplication by 1 / c). CPU plans only, like the other node-list passes.
+#ifndef TRAIND_ENGINE_RUNTIME_ATTENTION_FUSION_H_
+#define TRAIND_ENGINE_RUNTIME_ATTENTION_FUSION_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "onnx/onnx_pb.h"
+
+namespace traind::engine {
+
+struct AttentionFusionGraph {
+  // Static dims of every value with a stated shape (-1 for a symbolic or unknown dimension).
+  absl::flat_hash_map<std::string, std::vector<int64_t>> dims;
+  // Element types (onnx::TensorProto::DataType) where stated.
+  absl::flat_hash_map<std::string, int32_t> elem_types;
+  // Float32 one-element initializers and their values (Constant nodes of the list are read by the pass itself).
+  absl::flat_hash_map<std::string, float> scalar_constants;
+  absl::flat_hash_set<std::string> outputs;  // graph outputs
+  int onnx_opset = 0;                        // the model's default-domain opset (Softmax's axis default)
+};
+
+// Rewrites `nodes` in place as above and returns how many attention chains became one node. The fused nodes need the
+// ai.traind.training domain imported by the caller.
+int FuseAttention(std::vector<onnx::NodeProto>& nodes, const AttentionFusionGraph& graph);
+
+}  // namespace traind::engine
+
+#endif  // TRAIND_ENGINE_RUNTIME_ATTENTION_FUSION_H_
