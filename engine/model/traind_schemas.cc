@@ -266,6 +266,15 @@ onnx::OpSchema& AttentionAttributes(onnx::OpSchema& schema) {
   return schema.Attr("scale", "The scores' factor before the softmax.", onnx::AttributeProto::FLOAT, 1.0f)
       .Attr("transB", "1: B holds the keys as rows, [..., Lk, D]; 0: transposed, [..., D, Lk].",
             onnx::AttributeProto::INT, int64_t{0})
+      .Attr("q_slot", "Interleaved operands (a CPU plan's layout folding): Q, B and V are slots q_slot, b_slot, v_slot "
+            "of [N, L, S, H, D] tensors, read as [N, H, L, D] (B as keys, transB = 1); -1: plain tensors.",
+            onnx::AttributeProto::INT, int64_t{-1})
+      .Attr("b_slot", "See q_slot.", onnx::AttributeProto::INT, int64_t{-1})
+      .Attr("v_slot", "See q_slot.", onnx::AttributeProto::INT, int64_t{-1})
+      .Attr("o_interleaved", "1: O written as [N, Lq, H, Dv] (ScaledDotProductAttention).", onnx::AttributeProto::INT,
+            int64_t{0})
+      .Attr("dO_interleaved", "1: dO read from [N, Lq, H, Dv] (ScaledDotProductAttentionGrad).",
+            onnx::AttributeProto::INT, int64_t{0})
       .TypeConstraint("T", {"tensor(float)"}, "float32.");
 }
 
@@ -300,7 +309,8 @@ onnx::OpSchema ScaledDotProductAttentionGradSchema() {
       .Input(2, "B", "The forward's B.", "T")
       .Input(3, "V", "The forward's V.", "T")
       .Input(4, "P", "The forward's attention weights.", "T")
-      .Output(0, "dQ", "Optional: like Q.", "T", onnx::OpSchema::Optional)
+      .Output(0, "dQ", "Optional: like Q (with interleaved inputs: the gradient of their one tensor).", "T",
+              onnx::OpSchema::Optional)
       .Output(1, "dB", "Optional: like B.", "T", onnx::OpSchema::Optional)
       .Output(2, "dV", "Optional: like V.", "T", onnx::OpSchema::Optional);
   AttentionAttributes(schema).TypeAndShapeInferenceFunction([](onnx::InferenceContext& ctx) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -20,9 +21,31 @@ absl::StatusOr<AttentionAttributes> ParseAttentionAttributes(const KernelInit& i
   AttentionAttributes attributes;
   TRAIND_ASSIGN_OR_RETURN(attributes.scale, init.GetFloat("scale", 1.0f));
   if (!std::isfinite(attributes.scale)) return init.Error("attribute 'scale' must be finite");
-  TRAIND_ASSIGN_OR_RETURN(const int64_t trans_b, init.GetInt("transB", 0));
-  if (trans_b != 0 && trans_b != 1) return init.Error("attribute 'transB' must be 0 or 1");
-  attributes.trans_b = trans_b == 1;
+  auto flag = [&init](const char* name, bool* value) -> absl::Status {
+    TRAIND_ASSIGN_OR_RETURN(const int64_t given, init.GetInt(name, 0));
+    if (given != 0 && given != 1) return init.Error(absl::StrCat("attribute '", name, "' must be 0 or 1"));
+    *value = given == 1;
+    return absl::OkStatus();
+  };
+  TRAIND_RETURN_IF_ERROR(flag("transB", &attributes.trans_b));
+  TRAIND_RETURN_IF_ERROR(flag("o_interleaved", &attributes.o_interleaved));
+  TRAIND_RETURN_IF_ERROR(flag("dO_interleaved", &attributes.dout_interleaved));
+  TRAIND_ASSIGN_OR_RETURN(attributes.q_slot, init.GetInt("q_slot", -1));
+  TRAIND_ASSIGN_OR_RETURN(attributes.b_slot, init.GetInt("b_slot", -1));
+  TRAIND_ASSIGN_OR_RETURN(attributes.v_slot, init.GetInt("v_slot", -1));
+  const int64_t q = attributes.q_slot, b = attributes.b_slot, v = attributes.v_slot;
+  if (q < -1 || b < -1 || v < -1 || (q < 0) != (b < 0) || (q < 0) != (v < 0)) {
+    return init.Error("attributes 'q_slot', 'b_slot' and 'v_slot' must all be -1 or all slots (>= 0)");
+  }
+  if (q >= 0 && (q == b || q == v || b == v)) return init.Error("interleaved Q, B and V must be distinct slots");
+  if (q >= 0 && !attributes.trans_b) return init.Error("an interleaved B holds keys as rows: 'transB' must be 1");
+  if (q >= 0 && init.num_outputs() > 1 && init.op_type() == "ScaledDotProductAttentionGrad") {
+    for (int output = 1; output < init.num_outputs(); ++output) {
+      if (!init.node().output(output).empty()) {
+        return init.Error("with interleaved inputs the gradient is output 0 alone (outputs 1 and 2 must be absent)");
+      }
+    }
+  }
   return attributes;
 }
 
@@ -32,6 +55,41 @@ std::string Operands(const Tensor& q, const Tensor& b, const Tensor& v) {
   return absl::StrCat("Q ", q.DebugString(), ", B ", b.DebugString(), ", V ", v.DebugString());
 }
 
+// An operand's [batch..., rows, cols] view of its tensor.
+struct LogicalOperand {
+  Shape batch;
+  int64_t rows = 0, cols = 0;
+  OperandLayout layout;
+};
+
+// Plain (slot -1): the tensor itself, rank >= 2. Interleaved: slot `slot` of a [N, L, S, H, D] tensor; slot 0 of a
+// rank-4 [N, L, H, D] one when `rank4`.
+absl::StatusOr<LogicalOperand> Resolve(const Tensor& tensor, int64_t slot, bool rank4, const char* name) {
+  LogicalOperand operand;
+  if (slot < 0 && !rank4) {
+    if (tensor.rank() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " ", tensor.DebugString(), " must have rank >= 2"));
+    }
+    operand.batch.assign(tensor.shape().begin(), tensor.shape().end() - 2);
+    operand.rows = tensor.dim(tensor.rank() - 2);
+    operand.cols = tensor.dim(tensor.rank() - 1);
+    operand.layout = OperandLayout::Plain(operand.rows, operand.cols);
+    return operand;
+  }
+  const int64_t expected_rank = rank4 ? 4 : 5;
+  if (tensor.rank() != expected_rank || (!rank4 && slot >= tensor.dim(2))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "interleaved ", name, " ", tensor.DebugString(), " must be ", rank4 ? "[N, L, H, D]" : "[N, L, S, H, D]",
+        rank4 ? "" : absl::StrCat(" with slot ", slot, " < S")));
+  }
+  const int64_t slots = rank4 ? 1 : tensor.dim(2), heads = tensor.dim(expected_rank - 2);
+  operand.batch = {tensor.dim(0), heads};
+  operand.rows = tensor.dim(1);
+  operand.cols = tensor.dim(expected_rank - 1);
+  operand.layout = OperandLayout::Interleaved(operand.rows, slots, heads, operand.cols, rank4 ? 0 : slot);
+  return operand;
+}
+
 }  // namespace
 
 absl::StatusOr<AttentionShapes> CheckAttentionInputs(const Tensor& q, const Tensor& b, const Tensor& v,
@@ -39,44 +97,61 @@ absl::StatusOr<AttentionShapes> CheckAttentionInputs(const Tensor& q, const Tens
   if (q.dtype() != b.dtype() || q.dtype() != v.dtype()) {
     return absl::InvalidArgumentError(absl::StrCat("ScaledDotProductAttention: dtypes differ: ", Operands(q, b, v)));
   }
-  if (q.rank() < 2 || b.rank() != q.rank() || v.rank() != q.rank()) {
+  auto resolve = [](const Tensor& tensor, int64_t slot, const char* name) -> absl::StatusOr<LogicalOperand> {
+    absl::StatusOr<LogicalOperand> operand = Resolve(tensor, slot, /*rank4=*/false, name);
+    if (!operand.ok()) return absl::InvalidArgumentError(absl::StrCat("ScaledDotProductAttention: ", operand.status().message()));
+    return operand;
+  };
+  TRAIND_ASSIGN_OR_RETURN(const LogicalOperand lq, resolve(q, attributes.q_slot, "Q"));
+  TRAIND_ASSIGN_OR_RETURN(const LogicalOperand lb, resolve(b, attributes.b_slot, "B"));
+  TRAIND_ASSIGN_OR_RETURN(const LogicalOperand lv, resolve(v, attributes.v_slot, "V"));
+  if (lb.batch.size() != lq.batch.size() || lv.batch.size() != lq.batch.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("ScaledDotProductAttention: Q, B and V must have one rank >= 2: ", Operands(q, b, v)));
+        absl::StrCat("ScaledDotProductAttention: Q, B and V must have one rank: ", Operands(q, b, v)));
   }
-  const size_t rank = static_cast<size_t>(q.rank());
+  if (lb.batch != lq.batch || lv.batch != lq.batch) {
+    return absl::InvalidArgumentError(absl::StrCat("ScaledDotProductAttention: batch dims differ: ", Operands(q, b, v)));
+  }
   AttentionShapes shapes;
-  shapes.batch.assign(q.shape().begin(), q.shape().end() - 2);
-  for (size_t i = 0; i + 2 < rank; ++i) {
-    if (b.dim(i) != q.dim(i) || v.dim(i) != q.dim(i)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ScaledDotProductAttention: batch dims differ: ", Operands(q, b, v)));
-    }
-    shapes.batches *= q.dim(i);
-  }
-  shapes.lq = q.dim(rank - 2);
-  shapes.d = q.dim(rank - 1);
-  shapes.lk = attributes.trans_b ? b.dim(rank - 2) : b.dim(rank - 1);
-  shapes.dv = v.dim(rank - 1);
-  const int64_t b_depth = attributes.trans_b ? b.dim(rank - 1) : b.dim(rank - 2);
-  if (b_depth != shapes.d || v.dim(rank - 2) != shapes.lk) {
+  shapes.batch = lq.batch;
+  for (int64_t dim : shapes.batch) shapes.batches *= dim;
+  shapes.lq = lq.rows;
+  shapes.d = lq.cols;
+  shapes.lk = attributes.trans_b ? lb.rows : lb.cols;
+  shapes.dv = lv.cols;
+  const int64_t b_depth = attributes.trans_b ? lb.cols : lb.rows;
+  if (b_depth != shapes.d || lv.rows != shapes.lk) {
     return absl::InvalidArgumentError(absl::StrCat("ScaledDotProductAttention: inner dims differ: ", Operands(q, b, v),
                                                    attributes.trans_b ? " (B transposed)" : ""));
   }
+  shapes.q = lq.layout;
+  shapes.b = lb.layout;
+  shapes.v = lv.layout;
   return shapes;
 }
 
 absl::StatusOr<AttentionShapes> CheckAttentionGradInputs(const Tensor& dout, const Tensor& q, const Tensor& b,
                                                          const Tensor& v, const Tensor& p,
-                                                         const AttentionAttributes& attributes) {
+                                                         const AttentionAttributes& attributes,
+                                                         OperandLayout* dout_layout) {
   TRAIND_ASSIGN_OR_RETURN(AttentionShapes shapes, CheckAttentionInputs(q, b, v, attributes));
-  Shape o_shape = shapes.batch, p_shape = shapes.batch;
-  o_shape.insert(o_shape.end(), {shapes.lq, shapes.dv});
-  p_shape.insert(p_shape.end(), {shapes.lq, shapes.lk});
-  if (dout.dtype() != q.dtype() || dout.shape() != o_shape || p.dtype() != q.dtype() || p.shape() != p_shape) {
-    return absl::InvalidArgumentError(absl::StrCat("ScaledDotProductAttentionGrad: dO ", dout.DebugString(), " and P ",
-                                                   p.DebugString(), " must be [..., Lq, Dv] and [..., Lq, Lk] for ",
-                                                   Operands(q, b, v)));
+  if (attributes.packed_gradient() && (b.raw_data() != q.raw_data() || v.raw_data() != q.raw_data() ||
+                                       b.shape() != q.shape() || v.shape() != q.shape())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ScaledDotProductAttentionGrad: interleaved Q, B and V must be slots of one tensor: ", Operands(q, b, v)));
   }
+  absl::StatusOr<LogicalOperand> dout_operand = Resolve(dout, -1, attributes.dout_interleaved, "dO");
+  Shape p_shape = shapes.batch;
+  p_shape.insert(p_shape.end(), {shapes.lq, shapes.lk});
+  if (!dout_operand.ok() || dout.dtype() != q.dtype() || dout_operand->batch != shapes.batch ||
+      dout_operand->rows != shapes.lq || dout_operand->cols != shapes.dv || p.dtype() != q.dtype() ||
+      p.shape() != p_shape) {
+    return absl::InvalidArgumentError(absl::StrCat("ScaledDotProductAttentionGrad: dO ", dout.DebugString(), " and P ",
+                                                   p.DebugString(), " must be [..., Lq, Dv]",
+                                                   attributes.dout_interleaved ? " (interleaved: [N, Lq, H, Dv])" : "",
+                                                   " and [..., Lq, Lk] for ", Operands(q, b, v)));
+  }
+  *dout_layout = dout_operand->layout;
   return shapes;
 }
 
@@ -186,6 +261,15 @@ void ScaledSoftmaxGradRows(float* __restrict dp, const float* __restrict p, int6
 }
 #endif
 
+// Asks for one item's rows x cols matrix at `data` (rows `ld` apart) into L2, as PrefetchToL2 does.
+void PrefetchMatrixToL2(const float* data, int64_t rows, int64_t cols, int64_t ld) {
+  if (ld == cols) {
+    PrefetchToL2(data, rows * cols);
+    return;
+  }
+  for (int64_t row = 0; row < rows; ++row) PrefetchToL2(data + row * ld, cols);
+}
+
 class ScaledDotProductAttentionKernel final : public Kernel {
  public:
   explicit ScaledDotProductAttentionKernel(AttentionAttributes attributes) : attributes_(attributes) {}
@@ -196,7 +280,17 @@ class ScaledDotProductAttentionKernel final : public Kernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* v, context.RequiredInput(2));
     TRAIND_ASSIGN_OR_RETURN(const AttentionShapes s, CheckAttentionInputs(*q, *b, *v, attributes_));
     if (q->dtype() != DataType::kFloat32) return UnsupportedDtype("ScaledDotProductAttention", q->dtype());
-    TRAIND_ASSIGN_OR_RETURN(Tensor * o, context.AllocateOutput(0, DataType::kFloat32, WithMatrix(s.batch, s.lq, s.dv)));
+    Shape o_shape = WithMatrix(s.batch, s.lq, s.dv);
+    OperandLayout o_layout = OperandLayout::Plain(s.lq, s.dv);
+    if (attributes_.o_interleaved) {
+      if (s.batch.size() != 2) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ScaledDotProductAttention: an interleaved O needs [N, H] batch dims, not ", ShapeToString(s.batch)));
+      }
+      o_shape = {s.batch[0], s.lq, s.batch[1], s.dv};
+      o_layout = OperandLayout::Interleaved(s.lq, 1, s.batch[1], s.dv, 0);
+    }
+    TRAIND_ASSIGN_OR_RETURN(Tensor * o, context.AllocateOutput(0, DataType::kFloat32, o_shape));
     // P is written only where something reads it (the gradient); otherwise each item's scores stay in scratch.
     const bool keep_p = context.wants_output(1);
     float* p_data = nullptr;
@@ -205,7 +299,7 @@ class ScaledDotProductAttentionKernel final : public Kernel {
       p_data = p->mutable_data<float>();
     }
     const int64_t score_floats = keep_p ? 0 : s.lq * s.lk;
-    const MatrixOperand b_layout{nullptr, attributes_.trans_b ? s.d : s.lk, attributes_.trans_b};
+    const MatrixOperand b_layout{nullptr, s.b.ld, attributes_.trans_b};
     const int64_t pack_floats = SmallGemmScratchFloats(b_layout, s.d, s.lk);
     const float* q_data = q->data<float>();
     const float* b_data = b->data<float>();
@@ -215,11 +309,11 @@ class ScaledDotProductAttentionKernel final : public Kernel {
         context, s.batches, s.lq * s.lk * (s.d + s.dv), score_floats + pack_floats, [&](int64_t i, float* scratch) {
           float* scores = keep_p ? p_data + i * s.lq * s.lk : scratch;
           float* pack = scratch + score_floats;
-          SmallGemm(s.lq, s.lk, s.d, attributes_.scale, {q_data + i * s.lq * s.d, s.d, false},
-                    {b_data + i * s.d * s.lk, b_layout.ld, b_layout.transposed}, scores, s.lk, pack);
+          SmallGemm(s.lq, s.lk, s.d, attributes_.scale, {q_data + s.q.Base(i), s.q.ld, false},
+                    {b_data + s.b.Base(i), s.b.ld, attributes_.trans_b}, scores, s.lk, pack);
           if (s.lk > 0) SoftmaxRows(scores, scores, s.lq, s.lk, /*log=*/false);
-          SmallGemm(s.lq, s.dv, s.lk, 1.0f, {scores, s.lk, false}, {v_data + i * s.lk * s.dv, s.dv, false},
-                    o_data + i * s.lq * s.dv, s.dv, nullptr);
+          SmallGemm(s.lq, s.dv, s.lk, 1.0f, {scores, s.lk, false}, {v_data + s.v.Base(i), s.v.ld, false},
+                    o_data + o_layout.Base(i), o_layout.ld, nullptr);
         });
   }
 
@@ -237,22 +331,32 @@ class ScaledDotProductAttentionGradKernel final : public Kernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* b, context.RequiredInput(2));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* v, context.RequiredInput(3));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* p, context.RequiredInput(4));
+    OperandLayout dout_layout;
     TRAIND_ASSIGN_OR_RETURN(const AttentionShapes s,
-                            CheckAttentionGradInputs(*dout, *q, *b, *v, *p, attributes_));
+                            CheckAttentionGradInputs(*dout, *q, *b, *v, *p, attributes_, &dout_layout));
     if (q->dtype() != DataType::kFloat32) return UnsupportedDtype("ScaledDotProductAttentionGrad", q->dtype());
-    const bool want_dq = context.wants_output(0), want_db = context.wants_output(1), want_dv = context.wants_output(2);
+    // Each gradient is laid out as its operand: plain outputs of their inputs' shapes, or (interleaved) the three
+    // slots of output 0, the gradient of the one tensor Q, B and V are slots of.
+    const bool packed = attributes_.packed_gradient();
+    const bool want_dq = context.wants_output(0), want_db = packed ? want_dq : context.wants_output(1);
+    const bool want_dv = packed ? want_dq : context.wants_output(2);
     float* dq_data = nullptr;
     float* db_data = nullptr;
     float* dv_data = nullptr;
     if (want_dq) {
       TRAIND_ASSIGN_OR_RETURN(Tensor * dq, context.AllocateOutput(0, DataType::kFloat32, q->shape()));
       dq_data = dq->mutable_data<float>();
+      if (packed) {
+        db_data = dv_data = dq_data;
+        // Slots beyond the three are no operand's: their gradient is zero.
+        if (q->dim(2) > 3) std::memset(dq_data, 0, dq->byte_size());
+      }
     }
-    if (want_db) {
+    if (want_db && !packed) {
       TRAIND_ASSIGN_OR_RETURN(Tensor * db, context.AllocateOutput(1, DataType::kFloat32, b->shape()));
       db_data = db->mutable_data<float>();
     }
-    if (want_dv) {
+    if (want_dv && !packed) {
       TRAIND_ASSIGN_OR_RETURN(Tensor * dv, context.AllocateOutput(2, DataType::kFloat32, v->shape()));
       dv_data = dv->mutable_data<float>();
     }
@@ -267,43 +371,44 @@ class ScaledDotProductAttentionGradKernel final : public Kernel {
     const float* b_data = b->data<float>();
     const float* v_data = v->data<float>();
     const float* p_data = p->data<float>();
+    const int64_t b_rows = trans_b ? s.lk : s.d, b_cols = trans_b ? s.d : s.lk;
     return ForEachBatchItem(
         context, s.batches, s.lq * s.lk * (2 * s.d + 2 * s.dv), score_floats + pack_floats,
         [&](int64_t i, float* scratch) {
-          const float* dout_i = dout_data + i * s.lq * s.dv;
-          const float* q_i = q_data + i * s.lq * s.d;
-          const float* b_i = b_data + i * s.d * s.lk;
-          const float* v_i = v_data + i * s.lk * s.dv;
+          const float* dout_i = dout_data + dout_layout.Base(i);
+          const float* q_i = q_data + s.q.Base(i);
+          const float* b_i = b_data + s.b.Base(i);
+          const float* v_i = v_data + s.v.Base(i);
           const float* p_i = p_data + i * s.lq * s.lk;
           // The next item's operands, a part before each product of this one.
           const bool next = i + 1 < s.batches;
           if (next) {
             PrefetchToL2(p_i + s.lq * s.lk, s.lq * s.lk);
-            PrefetchToL2(dout_i + s.lq * s.dv, s.lq * s.dv);
+            PrefetchMatrixToL2(dout_data + dout_layout.Base(i + 1), s.lq, s.dv, dout_layout.ld);
           }
           if (want_dv) {  // dV = P^T dO
-            SmallGemm(s.lk, s.dv, s.lq, 1.0f, {p_i, s.lk, true}, {dout_i, s.dv, false}, dv_data + i * s.lk * s.dv,
-                      s.dv, nullptr);
+            SmallGemm(s.lk, s.dv, s.lq, 1.0f, {p_i, s.lk, true}, {dout_i, dout_layout.ld, false},
+                      dv_data + s.v.Base(i), s.v.ld, nullptr);
           }
           if (!want_scores) return;
           float* ds = scratch;
           float* pack = scratch + score_floats;
-          if (next) PrefetchToL2(v_i + s.lk * s.dv, s.lk * s.dv);
+          if (next) PrefetchMatrixToL2(v_data + s.v.Base(i + 1), s.lk, s.dv, s.v.ld);
           // dP = dO V^T, then dS in place.
-          SmallGemm(s.lq, s.lk, s.dv, 1.0f, {dout_i, s.dv, false}, {v_i, s.dv, true}, ds, s.lk, pack);
+          SmallGemm(s.lq, s.lk, s.dv, 1.0f, {dout_i, dout_layout.ld, false}, {v_i, s.v.ld, true}, ds, s.lk, pack);
           ScaledSoftmaxGradRows(ds, p_i, s.lq, s.lk, attributes_.scale);
-          if (next) PrefetchToL2(b_i + s.d * s.lk, s.d * s.lk);
+          if (next) PrefetchMatrixToL2(b_data + s.b.Base(i + 1), b_rows, b_cols, s.b.ld);
           if (want_dq) {  // dQ = dS op(B)^T: the keys as stored, [Lk, D]
-            const MatrixOperand keys = trans_b ? MatrixOperand{b_i, s.d, false} : MatrixOperand{b_i, s.lk, true};
-            SmallGemm(s.lq, s.d, s.lk, 1.0f, {ds, s.lk, false}, keys, dq_data + i * s.lq * s.d, s.d, pack);
+            const MatrixOperand keys = trans_b ? MatrixOperand{b_i, s.b.ld, false} : MatrixOperand{b_i, s.b.ld, true};
+            SmallGemm(s.lq, s.d, s.lk, 1.0f, {ds, s.lk, false}, keys, dq_data + s.q.Base(i), s.q.ld, pack);
           }
-          if (next) PrefetchToL2(q_i + s.lq * s.d, s.lq * s.d);
+          if (next) PrefetchMatrixToL2(q_data + s.q.Base(i + 1), s.lq, s.d, s.q.ld);
           if (want_db) {
             if (trans_b) {  // dK = dS^T Q
-              SmallGemm(s.lk, s.d, s.lq, 1.0f, {ds, s.lk, true}, {q_i, s.d, false}, db_data + i * s.lk * s.d, s.d,
+              SmallGemm(s.lk, s.d, s.lq, 1.0f, {ds, s.lk, true}, {q_i, s.q.ld, false}, db_data + s.b.Base(i), s.b.ld,
                         nullptr);
             } else {  // d(K^T) = Q^T dS
-              SmallGemm(s.d, s.lk, s.lq, 1.0f, {q_i, s.d, true}, {ds, s.lk, false}, db_data + i * s.d * s.lk, s.lk,
+              SmallGemm(s.d, s.lk, s.lq, 1.0f, {q_i, s.q.ld, true}, {ds, s.lk, false}, db_data + s.b.Base(i), s.b.ld,
                         nullptr);
             }
           }

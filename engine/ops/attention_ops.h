@@ -22,26 +22,56 @@
 
 namespace traind::engine {
 
+// Interleaved operands, which a CPU plan's layout folding makes (engine/runtime/attention_fusion.h) so that attention
+// reads its heads where the packed projection wrote them and writes where the next projection reads: the operand
+// [N, H, L, D] is slot s of a rank-5 [N, L, S, H, D] tensor (queries, keys and values of one projection, S = 3), and
+// an interleaved O or dO is a rank-4 [N, L, H, D] tensor. With interleaved Q, B and V (all three slots of one tensor)
+// the gradient's output 0 is the gradient of that whole tensor, and it has no outputs 1 and 2.
 struct AttentionAttributes {
   float scale = 1.0f;
-  bool trans_b = false;  // B holds the keys as rows, [..., Lk, D]
+  bool trans_b = false;                           // B holds the keys as rows, [..., Lk, D]
+  int64_t q_slot = -1, b_slot = -1, v_slot = -1;  // `q_slot` ...: interleaved operands; -1 (default): plain
+  bool o_interleaved = false;                     // `o_interleaved`: O written as [N, Lq, H, Dv]
+  bool dout_interleaved = false;                  // `dO_interleaved`: dO read from [N, Lq, H, Dv]
+  bool packed_gradient() const { return q_slot >= 0; }
 };
-// `scale` (float, finite, default 1) and `transB` (0 or 1, default 0).
+// `scale` (float, finite, default 1), `transB` (0 or 1, default 0), the slots (>= -1; all three or none; an
+// interleaved B holds keys as rows, transB = 1; distinct) and the two interleaving flags (0 or 1).
 absl::StatusOr<AttentionAttributes> ParseAttentionAttributes(const KernelInit& init);
 
+// Where batch item i's matrix of an operand starts in its tensor, and how far apart its rows are (its columns are
+// contiguous): items go `heads` to an outer step.
+struct OperandLayout {
+  int64_t heads = 1;
+  int64_t outer_stride = 0;  // between items i and i + heads
+  int64_t inner_stride = 0;  // between items i and i + 1 of one outer step
+  int64_t offset = 0;
+  int64_t ld = 0;            // between rows
+  int64_t Base(int64_t item) const { return offset + (item / heads) * outer_stride + (item % heads) * inner_stride; }
+  // A [..., rows, cols] tensor.
+  static OperandLayout Plain(int64_t rows, int64_t cols) { return {1, rows * cols, 0, 0, cols}; }
+  // Slot `slot` of a [N, length, slots, heads, depth] tensor, as [N, heads, length, depth].
+  static OperandLayout Interleaved(int64_t length, int64_t slots, int64_t heads, int64_t depth, int64_t slot) {
+    return {heads, length * slots * heads * depth, depth, slot * heads * depth, slots * heads * depth};
+  }
+};
+
 struct AttentionShapes {
-  Shape batch;          // the leading dims, equal for every operand
+  Shape batch;          // the leading dims, equal for every operand ([N, H] for interleaved ones)
   int64_t batches = 1;  // their product
   int64_t lq = 0, lk = 0, d = 0, dv = 0;
+  OperandLayout q, b, v;
 };
-// Q, B and V of one dtype and rank >= 2, batch dims equal, inner dims agreeing; InvalidArgument naming the operands
-// otherwise.
+// Q, B and V of one dtype, rank >= 2 (or interleaved), batch dims equal, inner dims agreeing; InvalidArgument naming
+// the operands otherwise.
 absl::StatusOr<AttentionShapes> CheckAttentionInputs(const Tensor& q, const Tensor& b, const Tensor& v,
                                                      const AttentionAttributes& attributes);
-// The gradient's inputs: Q, B and V as above, dO [..., Lq, Dv] and P [..., Lq, Lk] of their dtype.
+// The gradient's inputs: Q, B and V as above (one tensor when interleaved), dO [..., Lq, Dv] (or interleaved) and P
+// [..., Lq, Lk] of their dtype. `dout_layout`: where dO's items lie.
 absl::StatusOr<AttentionShapes> CheckAttentionGradInputs(const Tensor& dout, const Tensor& q, const Tensor& b,
                                                          const Tensor& v, const Tensor& p,
-                                                         const AttentionAttributes& attributes);
+                                                         const AttentionAttributes& attributes,
+                                                         OperandLayout* dout_layout);
 
 }  // namespace traind::engine
 

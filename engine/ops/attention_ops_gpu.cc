@@ -68,7 +68,9 @@ class ScaledDotProductAttentionGradGpuKernel final : public GpuKernel {
     TRAIND_ASSIGN_OR_RETURN(const Tensor* b, context.RequiredInput(2));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* v, context.RequiredInput(3));
     TRAIND_ASSIGN_OR_RETURN(const Tensor* p, context.RequiredInput(4));
-    TRAIND_ASSIGN_OR_RETURN(const AttentionShapes s, CheckAttentionGradInputs(*dout, *q, *b, *v, *p, attributes_));
+    OperandLayout dout_layout;
+    TRAIND_ASSIGN_OR_RETURN(const AttentionShapes s,
+                            CheckAttentionGradInputs(*dout, *q, *b, *v, *p, attributes_, &dout_layout));
     const int64_t n = s.batches;
     const bool trans_b = attributes_.trans_b;
     const Matrix p_matrix{context.mem(*p), 0, s.lk, false, s.lq * s.lk};
@@ -130,11 +132,20 @@ class ScaledDotProductAttentionGradGpuKernel final : public GpuKernel {
   AttentionAttributes attributes_;
 };
 
+// Interleaved operands come from a CPU plan's layout folding only; GPU plans keep the model's nodes.
+absl::Status RequirePlainOperands(const GpuKernelInit& init, const AttentionAttributes& attributes) {
+  if (attributes.q_slot >= 0 || attributes.o_interleaved || attributes.dout_interleaved) {
+    return init.Unsupported("interleaved attention operands run on the CPU executor only");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> CreateScaledDotProductAttentionGpuKernel(const GpuKernelInit& init) {
   TRAIND_RETURN_IF_ERROR(RequireFloat32(init, {0, 1, 2}));
   TRAIND_ASSIGN_OR_RETURN(const AttentionAttributes attributes, ParseAttentionAttributes(init));
+  TRAIND_RETURN_IF_ERROR(RequirePlainOperands(init, attributes));
   TRAIND_ASSIGN_OR_RETURN(ClKernel softmax, init.Kernel("softmax_ops.cl", "softmax_f32"));
   return MakeGpuKernel<ScaledDotProductAttentionGpuKernel>(std::move(softmax), attributes);
 }
@@ -142,6 +153,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> CreateScaledDotProductAttentionGpuKer
 absl::StatusOr<std::unique_ptr<GpuKernel>> CreateScaledDotProductAttentionGradGpuKernel(const GpuKernelInit& init) {
   TRAIND_RETURN_IF_ERROR(RequireFloat32(init, {0, 1, 2, 3, 4}));
   TRAIND_ASSIGN_OR_RETURN(const AttentionAttributes attributes, ParseAttentionAttributes(init));
+  TRAIND_RETURN_IF_ERROR(RequirePlainOperands(init, attributes));
   TRAIND_ASSIGN_OR_RETURN(ClKernel softmax_grad, init.Kernel("attention_ops.cl", "scaled_softmax_grad_rows_f32"));
   return MakeGpuKernel<ScaledDotProductAttentionGradGpuKernel>(std::move(softmax_grad), attributes);
 }

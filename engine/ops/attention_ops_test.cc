@@ -184,6 +184,112 @@ TEST(ScaledDotProductAttentionTest, OptionalOutputsLeaveTheOthersUnchanged) {
   }
 }
 
+// Slot `slot` of an interleaved [N, L, S, H, D] tensor as the operand [N, H, L, D] it stands for, and back.
+Tensor SlotAsHeads(const Tensor& packed, int64_t slot) {
+  const int64_t n = packed.dim(0), l = packed.dim(1), slots = packed.dim(2), h = packed.dim(3), d = packed.dim(4);
+  Tensor heads = *Tensor::Allocate(DataType::kFloat32, {n, h, l, d});
+  for (int64_t a = 0; a < n; ++a) {
+    for (int64_t b = 0; b < h; ++b) {
+      for (int64_t c = 0; c < l; ++c) {
+        for (int64_t e = 0; e < d; ++e) {
+          heads.mutable_data<float>()[((a * h + b) * l + c) * d + e] =
+              packed.data<float>()[(((a * l + c) * slots + slot) * h + b) * d + e];
+        }
+      }
+    }
+  }
+  return heads;
+}
+
+// values [N, H, L, D] (float64) written into slot `slot` of `packed` [N, L, S, H, D].
+void PutSlot(const std::vector<double>& values, const Shape& packed_shape, int64_t slot, std::vector<double>* packed) {
+  const int64_t n = packed_shape[0], l = packed_shape[1], slots = packed_shape[2], h = packed_shape[3],
+                d = packed_shape[4];
+  for (int64_t a = 0; a < n; ++a) {
+    for (int64_t b = 0; b < h; ++b) {
+      for (int64_t c = 0; c < l; ++c) {
+        for (int64_t e = 0; e < d; ++e) {
+          (*packed)[(((a * l + c) * slots + slot) * h + b) * d + e] = values[((a * h + b) * l + c) * d + e];
+        }
+      }
+    }
+  }
+}
+
+// Queries, keys and values as slots of one [N, L, S, H, D] tensor (S = 3, and S = 4 with a slot no operand reads),
+// O written and dO read as [N, L, H, D], the gradient the whole packed tensor: the plain operands' results.
+TEST(ScaledDotProductAttentionTest, InterleavedOperandsGiveThePlainResults) {
+  const int64_t n = 2, l = 5, h = 2, d = 4;
+  const int64_t q_slot = 2, k_slot = 0, v_slot = 1;  // not in order: each slot must go to its own operand
+  for (const int64_t slots : {3, 4}) {
+    SCOPED_TRACE(slots);
+    const Shape packed_shape = {n, l, slots, h, d};
+    const Tensor packed = RandomTensor(packed_shape, -2, 2, 60 + static_cast<uint32_t>(slots));
+    const Tensor q = SlotAsHeads(packed, q_slot), keys = SlotAsHeads(packed, k_slot), v = SlotAsHeads(packed, v_slot);
+    // dO as [N, L, H, D]: slot 0 of a one-slot tensor.
+    const Tensor dout_interleaved = RandomTensor({n, l, 1, h, d}, -1, 1, 70);
+    const Tensor dout = SlotAsHeads(dout_interleaved, 0);
+    const Dims s{{n, h}, l, l, d, d};
+    const float scale = 0.6f;
+    const Reference r = ComputeReference(s, q, keys, v, dout, scale, /*trans_b=*/true);
+    // O [N, H, L, D] as [N, L, H, D]: slot 0 of a one-slot tensor.
+    std::vector<double> o_interleaved(n * l * h * d);
+    PutSlot(r.o, {n, l, 1, h, d}, 0, &o_interleaved);
+
+    OpTester forward("ScaledDotProductAttention", kTraindTrainingVersion, kTraindTrainingDomain);
+    forward.AddInputTensor("r", packed).AddRepeatedInput("r").AddRepeatedInput("r");
+    forward.AddAttribute("scale", scale).AddAttribute("transB", int64_t{1}).AddAttribute("q_slot", q_slot);
+    forward.AddAttribute("b_slot", k_slot).AddAttribute("v_slot", v_slot).AddAttribute("o_interleaved", int64_t{1});
+    forward.AddOutput<float>("o", {n, l, h, d}, ToFloat(o_interleaved)).AddOutput<float>("p", {n, h, l, l}, ToFloat(r.p));
+    forward.SetTolerance(1e-5, 1e-6).Run();
+
+    std::vector<double> packed_gradient(packed.num_elements(), 0.0);
+    PutSlot(r.dq, packed_shape, q_slot, &packed_gradient);
+    PutSlot(r.db, packed_shape, k_slot, &packed_gradient);
+    PutSlot(r.dv, packed_shape, v_slot, &packed_gradient);
+    OpTester backward("ScaledDotProductAttentionGrad", kTraindTrainingVersion, kTraindTrainingDomain);
+    backward.AddInputTensor("dout", dout_interleaved.Reshaped({n, l, h, d}));
+    backward.AddInputTensor("r", packed).AddRepeatedInput("r").AddRepeatedInput("r");
+    backward.AddInput<float>("p", {n, h, l, l}, ToFloat(r.p));
+    backward.AddAttribute("scale", scale).AddAttribute("transB", int64_t{1}).AddAttribute("q_slot", q_slot);
+    backward.AddAttribute("b_slot", k_slot).AddAttribute("v_slot", v_slot).AddAttribute("dO_interleaved", int64_t{1});
+    backward.AddOutput<float>("dr", packed_shape, ToFloat(packed_gradient)).SetTolerance(1e-5, 1e-5).Run();
+  }
+}
+
+// Interleaved operands that are not three distinct slots of one tensor with keys as rows, or a packed gradient with
+// more outputs: refused when the kernel is made (a node only a plan's own pass writes, but a model may carry it).
+TEST(ScaledDotProductAttentionTest, RefusesInconsistentInterleaving) {
+  const Tensor packed = RandomTensor({1, 3, 3, 1, 2}, -1, 1, 80);
+  struct Case {
+    int64_t q, b, v, trans_b;
+    const char* message;
+  };
+  for (const Case& c : {Case{0, 1, -1, 1, "all be -1"}, Case{0, 0, 1, 1, "distinct"}, Case{0, 1, 2, 0, "transB"},
+                        Case{0, 1, 5, 1, "slot 5 < S"}}) {
+    OpTester test("ScaledDotProductAttention", kTraindTrainingVersion, kTraindTrainingDomain);
+    test.AddInputTensor("r", packed).AddRepeatedInput("r").AddRepeatedInput("r");
+    test.AddAttribute("q_slot", c.q).AddAttribute("b_slot", c.b).AddAttribute("v_slot", c.v);
+    test.AddAttribute("transB", c.trans_b).AddOutputShape("o", DataType::kFloat32, {1, 1, 3, 2});
+    const absl::StatusOr<std::vector<Tensor>> refused = test.RunRaw();
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+    EXPECT_NE(refused.status().message().find(c.message), std::string::npos) << refused.status();
+  }
+  // A packed gradient reads its three operands from one tensor.
+  OpTester two_tensors("ScaledDotProductAttentionGrad", kTraindTrainingVersion, kTraindTrainingDomain);
+  two_tensors.AddInputTensor("dout", RandomTensor({1, 3, 1, 2}, -1, 1, 81)).AddInputTensor("r", packed);
+  two_tensors.AddInputTensor("r2", RandomTensor({1, 3, 3, 1, 2}, -1, 1, 82)).AddRepeatedInput("r");
+  two_tensors.AddInputTensor("p", RandomTensor({1, 1, 3, 3}, 0, 1, 83));
+  two_tensors.AddAttribute("q_slot", int64_t{0}).AddAttribute("b_slot", int64_t{1}).AddAttribute("v_slot", int64_t{2});
+  two_tensors.AddAttribute("transB", int64_t{1}).AddAttribute("dO_interleaved", int64_t{1});
+  two_tensors.AddOutputShape("dr", DataType::kFloat32, {1, 3, 3, 1, 2});
+  const absl::StatusOr<std::vector<Tensor>> refused = two_tensors.RunRaw();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("slots of one tensor"), std::string::npos) << refused.status();
+}
+
 TEST(ScaledDotProductAttentionTest, RefusesOperandsThatDoNotAgree) {
   struct Case {
     Shape q, b, v;

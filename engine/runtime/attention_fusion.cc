@@ -186,10 +186,292 @@ class Fuser {
   std::vector<bool> removed_;
 };
 
+// A node's integer attribute, or `fallback`.
+int64_t IntAttributeOf(const onnx::NodeProto& node, const char* name, int64_t fallback) {
+  for (const auto& attribute : node.attribute()) {
+    if (attribute.name() == name) return attribute.i();
+  }
+  return fallback;
+}
+
+std::vector<int64_t> IntsAttributeOf(const onnx::NodeProto& node, const char* name) {
+  for (const auto& attribute : node.attribute()) {
+    if (attribute.name() == name) return std::vector<int64_t>(attribute.ints().begin(), attribute.ints().end());
+  }
+  return {};
+}
+
+void SetIntAttribute(onnx::NodeProto& node, const char* name, int64_t value) {
+  for (auto& attribute : *node.mutable_attribute()) {
+    if (attribute.name() == name) {
+      attribute.set_i(value);
+      return;
+    }
+  }
+  auto* attribute = node.add_attribute();
+  attribute->set_name(name);
+  attribute->set_type(onnx::AttributeProto::INT);
+  attribute->set_i(value);
+}
+
+class LayoutFolder {
+ public:
+  LayoutFolder(std::vector<onnx::NodeProto>& nodes, const AttentionFusionGraph& graph) : nodes_(nodes), graph_(graph) {
+    removed_.assign(nodes_.size(), false);
+    Index();
+  }
+
+  int Run() {
+    int folded = 0;
+    for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+      const onnx::NodeProto& node = nodes_[i];
+      if (node.domain() != kTraindTrainingDomain) continue;
+      if (node.op_type() == "ScaledDotProductAttention") {
+        folded += FoldOperands(i, /*first_operand=*/0) ? 3 : 0;
+        folded += FoldForwardOutput(i) ? 1 : 0;
+      } else if (node.op_type() == "ScaledDotProductAttentionGrad") {
+        folded += FoldGradient(i) ? 4 : 0;
+        folded += FoldOutputGradient(i) ? 1 : 0;
+      }
+    }
+    if (folded == 0) return 0;
+    RemoveUnreadLayoutNodes();
+    EraseRemovedNodes(nodes_, removed_);
+    return folded;
+  }
+
+ private:
+  void Index() {
+    producer_.clear();
+    reads_.clear();
+    for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+      if (removed_[i]) continue;
+      for (const auto& output : nodes_[i].output()) {
+        if (!output.empty()) producer_[output] = i;
+      }
+      for (const auto& input : nodes_[i].input()) {
+        if (!input.empty()) ++reads_[input];
+      }
+    }
+  }
+
+  const onnx::NodeProto* Producer(const std::string& value, const char* op_type) const {
+    auto it = producer_.find(value);
+    if (it == producer_.end() || removed_[it->second]) return nullptr;
+    const onnx::NodeProto& node = nodes_[it->second];
+    return IsOnnxNode(node) && node.op_type() == op_type ? &node : nullptr;
+  }
+
+  // The one node reading `value` (nullptr when none or several, or when it is a graph output).
+  int SoleReader(const std::string& value) const {
+    auto it = reads_.find(value);
+    if (it == reads_.end() || it->second != 1 || graph_.outputs.contains(value)) return -1;
+    for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+      if (removed_[i]) continue;
+      for (const auto& input : nodes_[i].input()) {
+        if (input == value) return i;
+      }
+    }
+    return -1;
+  }
+
+  // The values of an int64 constant (an initializer or a Constant node) of at most 8 elements, and its rank.
+  struct IntValues {
+    std::vector<int64_t> values;
+    int rank = 0;
+  };
+  std::optional<IntValues> IntConstant(const std::string& value) const {
+    if (auto it = graph_.int_constants.find(value); it != graph_.int_constants.end()) {
+      auto dims = graph_.dims.find(value);
+      return IntValues{it->second, dims == graph_.dims.end() ? -1 : static_cast<int>(dims->second.size())};
+    }
+    const onnx::NodeProto* constant = Producer(value, "Constant");
+    if (constant == nullptr) return std::nullopt;
+    for (const auto& attribute : constant->attribute()) {
+      if (attribute.name() == "value" && attribute.has_t() && attribute.t().data_type() == onnx::TensorProto::INT64 &&
+          attribute.t().data_location() != onnx::TensorProto::EXTERNAL) {
+        absl::StatusOr<Tensor> tensor = TensorFromProto(attribute.t(), /*max_elements=*/8);
+        if (!tensor.ok()) return std::nullopt;
+        return IntValues{std::vector<int64_t>(tensor->data<int64_t>(), tensor->data<int64_t>() + tensor->num_elements()),
+                         attribute.t().dims_size()};
+      }
+    }
+    return std::nullopt;
+  }
+
+  bool HasPerm(const onnx::NodeProto& node, std::vector<int64_t> perm) const {
+    return IntsAttributeOf(node, "perm") == perm;
+  }
+
+  // X = Gather(Transpose(R, [2, 0, 3, 1, 4]), s, axis 0) for a static [N, L, S, H, D] R: R and s.
+  std::optional<std::pair<std::string, int64_t>> SlotOf(const std::string& x) const {
+    const onnx::NodeProto* gather = Producer(x, "Gather");
+    if (gather == nullptr || gather->input_size() != 2 || IntAttributeOf(*gather, "axis", 0) != 0) return std::nullopt;
+    // A scalar index (rank 0): the Gather drops the axis.
+    const std::optional<IntValues> slot = IntConstant(gather->input(1));
+    if (!slot.has_value() || slot->values.size() != 1 || slot->rank != 0) return std::nullopt;
+    const onnx::NodeProto* transpose = Producer(gather->input(0), "Transpose");
+    if (transpose == nullptr || !HasPerm(*transpose, {2, 0, 3, 1, 4})) return std::nullopt;
+    const std::string& r = transpose->input(0);
+    auto dims = graph_.dims.find(r);
+    if (dims == graph_.dims.end() || dims->second.size() != 5) return std::nullopt;
+    for (int64_t dim : dims->second) {
+      if (dim < 0) return std::nullopt;
+    }
+    const int64_t slots = dims->second[2];
+    const int64_t s = slot->values[0] < 0 ? slot->values[0] + slots : slot->values[0];
+    if (s < 0 || s >= slots) return std::nullopt;
+    return std::make_pair(r, s);
+  }
+
+  // The three operands (from input `first_operand` on) as distinct slots of one tensor: that tensor and the slots.
+  std::optional<std::pair<std::string, std::vector<int64_t>>> PackedOperands(const onnx::NodeProto& node,
+                                                                              int first_operand) const {
+    if (node.input_size() < first_operand + 3 || IntAttributeOf(node, "transB", 0) != 1 ||
+        IntAttributeOf(node, "q_slot", -1) >= 0) {
+      return std::nullopt;
+    }
+    std::string source;
+    std::vector<int64_t> slots;
+    for (int j = 0; j < 3; ++j) {
+      const auto slot = SlotOf(node.input(first_operand + j));
+      if (!slot.has_value() || (j > 0 && slot->first != source)) return std::nullopt;
+      source = slot->first;
+      for (int64_t taken : slots) {
+        if (taken == slot->second) return std::nullopt;
+      }
+      slots.push_back(slot->second);
+    }
+    return std::make_pair(source, slots);
+  }
+
+  void SetSlots(onnx::NodeProto& node, int first_operand, const std::string& source, const std::vector<int64_t>& slots) {
+    for (int j = 0; j < 3; ++j) node.set_input(first_operand + j, source);
+    SetIntAttribute(node, "q_slot", slots[0]);
+    SetIntAttribute(node, "b_slot", slots[1]);
+    SetIntAttribute(node, "v_slot", slots[2]);
+  }
+
+  bool FoldOperands(int index, int first_operand) {
+    const auto packed = PackedOperands(nodes_[index], first_operand);
+    if (!packed.has_value()) return false;
+    SetSlots(nodes_[index], first_operand, packed->first, packed->second);
+    Index();
+    return true;
+  }
+
+  // O read only by Transpose(O, [0, 2, 1, 3]): the node writes the transposed value.
+  bool FoldForwardOutput(int index) {
+    onnx::NodeProto& node = nodes_[index];
+    if (IntAttributeOf(node, "o_interleaved", 0) != 0) return false;
+    const int reader = SoleReader(node.output(0));
+    if (reader < 0) return false;
+    const onnx::NodeProto& transpose = nodes_[reader];
+    if (!IsOnnxNode(transpose) || transpose.op_type() != "Transpose" || !HasPerm(transpose, {0, 2, 1, 3})) return false;
+    node.set_output(0, transpose.output(0));
+    SetIntAttribute(node, "o_interleaved", 1);
+    removed_[reader] = true;
+    Index();
+    return true;
+  }
+
+  // dO = Transpose(G, [0, 2, 1, 3]) read by nothing else: the node reads G.
+  bool FoldOutputGradient(int index) {
+    onnx::NodeProto& node = nodes_[index];
+    if (IntAttributeOf(node, "dO_interleaved", 0) != 0 || node.input_size() < 1) return false;
+    const std::string& dout = node.input(0);
+    const onnx::NodeProto* transpose = Producer(dout, "Transpose");
+    if (transpose == nullptr || !HasPerm(*transpose, {0, 2, 1, 3}) || SoleReader(dout) != index) return false;
+    const int transpose_index = producer_.at(dout);
+    node.set_input(0, transpose->input(0));
+    SetIntAttribute(node, "dO_interleaved", 1);
+    removed_[transpose_index] = true;
+    Index();
+    return true;
+  }
+
+  // The gradient node's operands and outputs together (see the header).
+  bool FoldGradient(int index) {
+    const onnx::NodeProto& node = nodes_[index];
+    const auto packed = PackedOperands(node, /*first_operand=*/1);
+    if (!packed.has_value() || node.output_size() != 3) return false;
+    int concat_index = -1;
+    std::vector<int> unsqueezes;
+    for (int j = 0; j < 3; ++j) {
+      const std::string& gradient = node.output(j);
+      const int unsqueeze = gradient.empty() ? -1 : SoleReader(gradient);
+      if (unsqueeze < 0) return false;
+      const onnx::NodeProto& u = nodes_[unsqueeze];
+      if (!IsOnnxNode(u) || u.op_type() != "Unsqueeze" || u.input(0) != gradient) return false;
+      std::vector<int64_t> axes = IntsAttributeOf(u, "axes");
+      if (u.input_size() > 1) {
+        const std::optional<IntValues> given = IntConstant(u.input(1));
+        axes = given.has_value() ? given->values : std::vector<int64_t>{};
+      }
+      if (axes != std::vector<int64_t>{0}) return false;
+      const int concat = SoleReader(u.output(0));
+      if (concat < 0 || (concat_index >= 0 && concat != concat_index)) return false;
+      concat_index = concat;
+      const onnx::NodeProto& c = nodes_[concat];
+      if (!IsOnnxNode(c) || c.op_type() != "Concat" || IntAttributeOf(c, "axis", 1) != 0 || c.input_size() != 3 ||
+          c.input(static_cast<int>(packed->second[j])) != u.output(0)) {
+        return false;
+      }
+      unsqueezes.push_back(unsqueeze);
+    }
+    const onnx::NodeProto& concat = nodes_[concat_index];
+    const int transpose_index = SoleReader(concat.output(0));
+    if (transpose_index < 0) return false;
+    const onnx::NodeProto& transpose = nodes_[transpose_index];
+    if (!IsOnnxNode(transpose) || transpose.op_type() != "Transpose" || !HasPerm(transpose, {1, 3, 0, 2, 4})) {
+      return false;
+    }
+    auto source_dims = graph_.dims.find(packed->first);
+    auto gradient_dims = graph_.dims.find(transpose.output(0));
+    if (source_dims->second[2] != 3 ||
+        (gradient_dims != graph_.dims.end() && gradient_dims->second != source_dims->second)) {
+      return false;
+    }
+    onnx::NodeProto& rewritten = nodes_[index];
+    SetSlots(rewritten, 1, packed->first, packed->second);
+    const std::string packed_gradient = transpose.output(0);
+    rewritten.clear_output();
+    rewritten.add_output(packed_gradient);
+    for (int unsqueeze : unsqueezes) removed_[unsqueeze] = true;
+    removed_[concat_index] = true;
+    removed_[transpose_index] = true;
+    Index();
+    return true;
+  }
+
+  // Gathers, then Transposes, that nothing reads any more (their results were folded into attention nodes).
+  void RemoveUnreadLayoutNodes() {
+    for (const char* op_type : {"Gather", "Transpose"}) {
+      for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+        const onnx::NodeProto& node = nodes_[i];
+        if (removed_[i] || !IsOnnxNode(node) || node.op_type() != op_type || node.output_size() != 1) continue;
+        const std::string& output = node.output(0);
+        if (!reads_.contains(output) && !graph_.outputs.contains(output)) removed_[i] = true;
+      }
+      Index();
+    }
+  }
+
+  std::vector<onnx::NodeProto>& nodes_;
+  const AttentionFusionGraph& graph_;
+  std::vector<bool> removed_;
+  absl::flat_hash_map<std::string, int> producer_;
+  absl::flat_hash_map<std::string, int> reads_;
+};
+
 }  // namespace
 
 int FuseAttention(std::vector<onnx::NodeProto>& nodes, const AttentionFusionGraph& graph) {
   return Fuser(nodes, graph).Run();
+}
+
+int FoldAttentionLayouts(std::vector<onnx::NodeProto>& nodes, const AttentionFusionGraph& graph) {
+  return LayoutFolder(nodes, graph).Run();
 }
 
 }  // namespace traind::engine

@@ -17,6 +17,24 @@
 //
 // Results differ from the unfused plan by the products' rounding (another order of the same sums; a Div by c
 // becomes a multiplication by 1 / c). CPU plans only, like the other node-list passes.
+//
+// FoldAttentionLayouts then lets the fused nodes (and the ScaledDotProductAttentionGrad the gradient builder emits)
+// read and write the heads where the projections around them keep them, as multi-head attention is written by hand
+// (qkv.reshape(N, L, 3, H, D).permute(2, 0, 3, 1, 4), q, k, v = qkv[0], qkv[1], qkv[2], out.transpose(1, 2)): each
+// of those moves copies a [N, L, H * D] activation (forward: the permute, three Gathers, the output's transpose;
+// backward: their gradients, a transpose, three Unsqueezes into a Concat and the permute back).
+//
+// - Q, K and V = Gather(T, s, axis 0) for three distinct scalar constants s, T = Transpose(R, perm [2, 0, 3, 1, 4]),
+//   R a static [N, L, S, H, D], keys as rows (transB): the attention node reads slots s of R (q_slot, b_slot, v_slot).
+//   A gradient node folds them only together with its outputs: dQ, dK and dV each Unsqueezed at axis 0 into one
+//   Concat along axis 0, each at its own slot's position, transposed by perm [1, 3, 0, 2, 4] into dR of R's shape:
+//   the node writes dR itself (its one output), and the Unsqueezes, the Concat and the Transpose go.
+// - O of a fused node read only by a Transpose(perm [0, 2, 1, 3]): the node writes that [N, Lq, H, Dv] value itself
+//   (o_interleaved); dO of a gradient node = Transpose(G, perm [0, 2, 1, 3]) read by nothing else: the node reads G
+//   (dO_interleaved). The Transposes go.
+// - Gathers and Transposes left without readers go.
+//
+// The results are the unfolded plan's, bit for bit (the same products read from other addresses).
 #ifndef TRAIND_ENGINE_RUNTIME_ATTENTION_FUSION_H_
 #define TRAIND_ENGINE_RUNTIME_ATTENTION_FUSION_H_
 
@@ -37,6 +55,8 @@ struct AttentionFusionGraph {
   absl::flat_hash_map<std::string, int32_t> elem_types;
   // Float32 one-element initializers and their values (Constant nodes of the list are read by the pass itself).
   absl::flat_hash_map<std::string, float> scalar_constants;
+  // Int64 initializers of at most a few elements (Gather indices, Unsqueeze axes) and their values.
+  absl::flat_hash_map<std::string, std::vector<int64_t>> int_constants;
   absl::flat_hash_set<std::string> outputs;  // graph outputs
   int onnx_opset = 0;                        // the model's default-domain opset (Softmax's axis default)
 };
@@ -44,6 +64,10 @@ struct AttentionFusionGraph {
 // Rewrites `nodes` in place as above and returns how many attention chains became one node. The fused nodes need the
 // ai.traind.training domain imported by the caller.
 int FuseAttention(std::vector<onnx::NodeProto>& nodes, const AttentionFusionGraph& graph);
+
+// Rewrites `nodes` in place as above (after FuseAttention) and returns how many operands and results of attention
+// nodes it folded.
+int FoldAttentionLayouts(std::vector<onnx::NodeProto>& nodes, const AttentionFusionGraph& graph);
 
 }  // namespace traind::engine
 

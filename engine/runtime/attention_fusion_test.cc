@@ -4,11 +4,14 @@
 
 #include <map>
 
+#include "engine/autodiff/gradient_builder.h"
 #include "engine/core/tensor.h"
+#include "engine/model/traind_schemas.h"
 #include "engine/model/tensor_proto.h"
 #include "engine/runtime/plan.h"
 #include "engine/runtime/plan_test_util.h"
 #include "gtest/gtest.h"
+#include "onnx/shape_inference/implementation.h"
 
 namespace traind::engine {
 namespace {
@@ -132,6 +135,104 @@ TEST(AttentionFusionTest, ChainsItCannotFuseAreLeftAlone) {
     EXPECT_EQ(ops["Softmax"], 1);
     EXPECT_FALSE(ExpectSameAsUnfused(variant, *plan).empty());
   }
+}
+
+// Multi-head self-attention as written by hand and exported: x [2, 5, 24] -> Reshape [2, 5, 3, 2, 4] -> Transpose
+// [2, 0, 3, 1, 4] -> q, k, v = Gather 0, 1, 2 -> Softmax(q k^T * 0.5) v -> Transpose [0, 2, 1, 3] -> Reshape [2, 5, 8];
+// with `loss`, then Sum(y * c) as the loss (the gradient builder differentiates it for x).
+onnx::ModelProto PackedHeadsModel(bool loss) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(17);
+  onnx::GraphProto* graph = model.mutable_graph();
+  AddFloatValue(graph->add_input(), "x", {2, 5, 24});
+  auto int_constant = [graph](const std::string& name, const std::vector<int64_t>& dims,
+                              const std::vector<int64_t>& values) {
+    onnx::NodeProto constant = MakeNode("Constant", {}, name);
+    onnx::AttributeProto* value = constant.add_attribute();
+    value->set_name("value");
+    value->set_type(onnx::AttributeProto::TENSOR);
+    *value->mutable_t() = TensorToProto(*Tensor::FromVector<int64_t>(dims, values), name);
+    *graph->add_node() = constant;
+  };
+  auto perm_node = [graph](const std::string& input, const std::string& output, const std::vector<int64_t>& perm) {
+    onnx::NodeProto transpose = MakeNode("Transpose", {input}, output);
+    onnx::AttributeProto* attribute = transpose.add_attribute();
+    attribute->set_name("perm");
+    attribute->set_type(onnx::AttributeProto::INTS);
+    for (int64_t axis : perm) attribute->add_ints(axis);
+    *graph->add_node() = transpose;
+  };
+  int_constant("split_shape", {5}, {2, 5, 3, 2, 4});
+  *graph->add_node() = MakeNode("Reshape", {"x", "split_shape"}, "r");
+  perm_node("r", "t", {2, 0, 3, 1, 4});
+  for (int64_t slot = 0; slot < 3; ++slot) {
+    const std::string index = "slot" + std::to_string(slot);
+    int_constant(index, {}, {slot});
+    *graph->add_node() = MakeNode("Gather", {"t", index}, std::string(1, "qkv"[slot]), {{"axis", 0}});
+  }
+  perm_node("k", "kt", {0, 1, 3, 2});
+  *graph->add_node() = MakeNode("MatMul", {"q", "kt"}, "s");
+  *graph->add_initializer() = TensorToProto(*Tensor::FromVector<float>({}, {0.5f}), "half");
+  *graph->add_node() = MakeNode("Mul", {"s", "half"}, "s_scaled");
+  *graph->add_node() = MakeNode("Softmax", {"s_scaled"}, "p");
+  *graph->add_node() = MakeNode("MatMul", {"p", "v"}, "o");
+  perm_node("o", "o_t", {0, 2, 1, 3});
+  int_constant("merge_shape", {3}, {2, 5, 8});
+  *graph->add_node() = MakeNode("Reshape", {"o_t", "merge_shape"}, "y");
+  if (loss) {
+    AddFloatValue(graph->add_input(), "c", {2, 5, 8});
+    *graph->add_node() = MakeNode("Mul", {"y", "c"}, "weighted");
+    *graph->add_node() = MakeNode("ReduceSum", {"weighted"}, "loss", {{"keepdims", 0}});
+    AddFloatValue(graph->add_output(), "loss", {});
+  } else {
+    AddFloatValue(graph->add_output(), "y", {2, 5, 8});
+  }
+  return model;
+}
+
+// Shape inference's value_info, as artifacts carry it.
+onnx::ModelProto Inferred(onnx::ModelProto model) {
+  RegisterTraindSchemas();
+  onnx::shape_inference::InferShapes(model);
+  return model;
+}
+
+TEST(AttentionLayoutFoldingTest, HeadsAreReadAndWrittenWhereTheProjectionsKeepThem) {
+  const onnx::ModelProto model = Inferred(PackedHeadsModel(/*loss=*/false));
+  auto folded = Compile(model);
+  ASSERT_TRUE(folded.ok()) << folded.status();
+  std::map<std::string, int> ops = PlannedOps(**folded);
+  EXPECT_EQ(ops["ScaledDotProductAttention"], 1);
+  for (const char* gone : {"Transpose", "Gather", "MatMul", "Softmax"}) EXPECT_EQ(ops[gone], 0) << gone;
+  CompileOptions unfused_options;
+  unfused_options.fuse_attention = false;
+  auto unfused = Compile(model, unfused_options);
+  ASSERT_TRUE(unfused.ok()) << unfused.status();
+  EXPECT_EQ(testing::ExpectSameOutputs(*folded, *unfused, {{"x", SineValues({2, 5, 24}, 1.0f)}}, 1e-5).size(), 1u);
+}
+
+// The training graph: the gradient node reads the packed heads and dO where they lie and writes the packed gradient,
+// so no Gather, Transpose, Unsqueeze or Concat of the layout is left; the gradient is the unfused plan's.
+TEST(AttentionLayoutFoldingTest, TheGradientWritesThePackedHeadsGradient) {
+  auto gradient_model = BuildGradientModel(PackedHeadsModel(/*loss=*/true), {"loss", {"x"}});
+  ASSERT_TRUE(gradient_model.ok()) << gradient_model.status();
+  const onnx::ModelProto model = Inferred(*gradient_model);
+  auto folded = Compile(model);
+  ASSERT_TRUE(folded.ok()) << folded.status();
+  std::map<std::string, int> ops = PlannedOps(**folded);
+  EXPECT_EQ(ops["ScaledDotProductAttention"], 1);
+  EXPECT_EQ(ops["ScaledDotProductAttentionGrad"], 1);
+  for (const char* gone : {"Transpose", "Gather", "Unsqueeze", "Concat", "SoftmaxGrad"}) {
+    EXPECT_EQ(ops[gone], 0) << gone;
+  }
+  CompileOptions unfused_options;
+  unfused_options.fuse_attention = false;
+  auto unfused = Compile(model, unfused_options);
+  ASSERT_TRUE(unfused.ok()) << unfused.status();
+  const NamedTensors outputs = testing::ExpectSameOutputs(
+      *folded, *unfused, {{"x", SineValues({2, 5, 24}, 1.0f)}, {"c", SineValues({2, 5, 8}, 0.3f)}}, 1e-5);
+  EXPECT_EQ(outputs.size(), 2u);  // the loss and x's gradient
 }
 
 }  // namespace

@@ -180,6 +180,14 @@ class Compiler {
     }
     for (const auto& initializer : graph_.initializer()) {
       graph.elem_types.emplace(initializer.name(), initializer.data_type());
+      if (initializer.data_type() == onnx::TensorProto::INT64 && initializer.data_location() != onnx::TensorProto::EXTERNAL) {
+        absl::StatusOr<Tensor> values = TensorFromProto(initializer, /*max_elements=*/8);
+        if (values.ok()) {
+          graph.int_constants.emplace(initializer.name(), std::vector<int64_t>(values->data<int64_t>(),
+                                                                               values->data<int64_t>() + values->num_elements()));
+        }
+        continue;
+      }
       if (initializer.data_type() != onnx::TensorProto::FLOAT || initializer.data_location() == onnx::TensorProto::EXTERNAL) {
         continue;
       }
@@ -189,7 +197,10 @@ class Compiler {
     for (const auto& output : graph_.output()) graph.outputs.insert(output.name());
     auto onnx_opset = opsets_.find("");
     graph.onnx_opset = onnx_opset == opsets_.end() ? kNewestOnnxOpset : onnx_opset->second;
-    if (FuseAttention(nodes_, graph) > 0) opsets_.try_emplace(kTraindTrainingDomain, kTraindTrainingVersion);
+    const int fused = FuseAttention(nodes_, graph);
+    if (fused > 0) opsets_.try_emplace(kTraindTrainingDomain, kTraindTrainingVersion);
+    // The fused nodes, and the gradient nodes of a training graph, read and write heads where they lie.
+    FoldAttentionLayouts(nodes_, graph);
   }
 
   // engine/runtime/channels_last.h: activations stay channels-last from one convolution to the next.

@@ -69,6 +69,11 @@ OpTester& OpTester::AddMissingInput() {
   return *this;
 }
 
+OpTester& OpTester::AddRepeatedInput(const std::string& name) {
+  inputs_.push_back({name, Tensor(), /*repeated=*/true});
+  return *this;
+}
+
 OpTester& OpTester::AddMissingOutput() {
   outputs_.push_back({"", Tensor()});
   return *this;
@@ -166,7 +171,7 @@ void OpTester::BuildModel() {
   node->set_domain(domain_);
   for (const Named& input : inputs_) {
     node->add_input(input.name);
-    if (input.name.empty()) continue;
+    if (input.name.empty() || input.repeated) continue;
     if (constant_inputs_.count(input.name)) {
       *graph->add_initializer() = TensorToProto(input.tensor, input.name);
     } else {
@@ -193,7 +198,7 @@ absl::StatusOr<std::vector<Tensor>> OpTester::RunRaw() {
   if (!plan.ok()) return plan.status();
   std::vector<Tensor> feeds;
   for (const Named& input : inputs_) {
-    if (!input.name.empty() && !constant_inputs_.count(input.name)) feeds.push_back(input.tensor);
+    if (!input.name.empty() && !input.repeated && !constant_inputs_.count(input.name)) feeds.push_back(input.tensor);
   }
   // Three threads even on small machines, so kernels that split work run their parallel path.
   ThreadPool threads(3);

@@ -46,6 +46,8 @@ class OpTester {
   OpTester& AddInputTensor(const std::string& name, Tensor tensor);
   // An omitted optional input (empty name in the node).
   OpTester& AddMissingInput();
+  // The node reads an input already added once more, at this position (one graph input, read twice).
+  OpTester& AddRepeatedInput(const std::string& name);
   // An omitted optional output (empty name in the node): the kernel need not compute it, and Run compares the others.
   OpTester& AddMissingOutput();
   // An input fed as an initializer (constant) rather than a graph input.
@@ -92,6 +94,7 @@ class OpTester {
   struct Named {
     std::string name;
     Tensor tensor;
+    bool repeated = false;  // AddRepeatedInput: a node input only
   };
   template <typename T>
   static Tensor Make(Shape shape, const std::vector<T>& values, DataType dtype) {
