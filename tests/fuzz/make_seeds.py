@@ -123,6 +123,33 @@ def gelu_qkv():
                  [tensor("w", w), tensor("shape", np.array([2, 3, 4], np.int64))])
 
 
+def multihead():
+    """Multi-head self-attention written by hand: a packed q/k/v projection reshaped to [N, L, 3, H, D] and permuted,
+    one-slice Gathers, q k^T scaled, Softmax, times v, heads transposed back: what attention fusion and its layout
+    folding rewrite (engine/runtime/attention_fusion.h), and what the gradient builder fuses. Its own generator."""
+    gen = np.random.default_rng(11)
+    w = (gen.standard_normal((8, 24)) * 0.3).astype(np.float32)
+    constants = [helper.make_node("Constant", [], [n], value=tensor(n, v))
+                 for n, v in (("scale", np.float32(0.5)), ("i0", np.int64(0)), ("i1", np.int64(1)),
+                              ("i2", np.int64(2)))]
+    return model(constants + [helper.make_node("MatMul", ["x", "w"], ["h"]),
+                              helper.make_node("Reshape", ["h", "split"], ["r"]),
+                              helper.make_node("Transpose", ["r"], ["t"], perm=[2, 0, 3, 1, 4]),
+                              helper.make_node("Gather", ["t", "i0"], ["q"]),
+                              helper.make_node("Gather", ["t", "i1"], ["k"]),
+                              helper.make_node("Gather", ["t", "i2"], ["v"]),
+                              helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+                              helper.make_node("MatMul", ["q", "kt"], ["s"]),
+                              helper.make_node("Mul", ["s", "scale"], ["ss"]),
+                              helper.make_node("Softmax", ["ss"], ["p"], axis=-1),
+                              helper.make_node("MatMul", ["p", "v"], ["o"]),
+                              helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+                              helper.make_node("Reshape", ["ot", "merge"], ["y"])],
+                 [f32("x", [2, 3, 8])], [f32("y", [2, 3, 8])],
+                 [tensor("w", w), tensor("split", np.array([2, 3, 3, 2, 4], np.int64)),
+                  tensor("merge", np.array([2, 3, 8], np.int64))])
+
+
 def linear_transposed(weight_is_input):
     """PyTorch's Linear, MatMul(x, Transpose(W)), then a FusedMatMul (traind's domain) reading its right operand
     transposed: what transpose folding rewrites (W not a constant: a graph input here, a trainable parameter once
@@ -332,10 +359,11 @@ def main():
                 os.remove(os.path.join(CORPUS, target, name))
     models = {"mlp": mlp(), "cnn": cnn(), "attention": attention(), "shapes": shapes(), "indexing": indexing(),
               "pooling": pooling(), "legacy_opset6": legacy_opset(), "losses": losses(), "gelu_qkv": gelu_qkv(),
-              "linear_transposed": linear_transposed(True), "linear_transposed_trainable": linear_transposed(False)}
+              "linear_transposed": linear_transposed(True), "linear_transposed_trainable": linear_transposed(False),
+              "multihead": multihead()}
     for name, data in models.items():
         write("model_fuzzer", f"seed-{name}.onnx", data)
-    for name in ("mlp", "cnn", "attention", "pooling", "losses", "gelu_qkv", "linear_transposed_trainable"):
+    for name in ("mlp", "cnn", "attention", "pooling", "losses", "gelu_qkv", "linear_transposed_trainable", "multihead"):
         write("train_fuzzer", f"seed-{name}.onnx", models[name])
     for name, data in {"mse": loss_graph_mse(), "l1_weighted": loss_graph_l1_weighted(),
                        "softmax_opset13": loss_graph_softmax()}.items():
