@@ -89,6 +89,7 @@ int Main() {
   compile_options.fold_transposes = absl::GetFlag(FLAGS_device) == "cpu";
   compile_options.fold_bias_adds = absl::GetFlag(FLAGS_fold_bias_adds) && absl::GetFlag(FLAGS_device) == "cpu";
   compile_options.fuse_attention = absl::GetFlag(FLAGS_fuse_attention) && absl::GetFlag(FLAGS_device) == "cpu";
+  compile_options.fuse_gelu = absl::GetFlag(FLAGS_fuse_elementwise) && absl::GetFlag(FLAGS_device) == "cpu";
   compile_options.channels_last = absl::GetFlag(FLAGS_channels_last) && absl::GetFlag(FLAGS_device) == "cpu";
   absl::StatusOr<std::shared_ptr<const Plan>> plan = Compile(*model, compile_options);
   if (!plan.ok()) return Fail(std::string(plan.status().message()));

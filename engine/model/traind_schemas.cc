@@ -242,6 +242,20 @@ onnx::OpSchema GeluGradSchema() {
                               "normal CDF, phi its density.");
 }
 
+onnx::OpSchema GeluSchema() {
+  onnx::OpSchema schema;
+  schema.SetName("Gelu")
+      .SetDomain(kTraindTrainingDomain)
+      .SinceVersion(kTraindTrainingVersion)
+      .SetDoc("Exact GELU, Y = X * 0.5 * (1 + erf(X / sqrt(2))): what a CPU plan makes of that decomposition "
+              "(plan-only, never in an artifact).")
+      .Input(0, "X", "Any shape.", "T")
+      .Output(0, "Y", "Like X.", "T")
+      .TypeConstraint("T", {"tensor(float)"}, "float32.")
+      .TypeAndShapeInferenceFunction([](onnx::InferenceContext& ctx) { GradientLikeInput(ctx, 0, 0); });
+  return schema;
+}
+
 onnx::OpSchema SoftmaxGradSchema() {
   onnx::OpSchema schema;
   schema.SetName("SoftmaxGrad")
@@ -458,8 +472,8 @@ const std::vector<SchemaFactory>& Schemas() {
       // Gradient kernels:
       ConvGradSchema, MaxPoolGradSchema, BatchNormalizationGradSchema, LayerNormalizationGradSchema, ReluGradSchema,
       ErfGradSchema, GeluGradSchema, SoftmaxGradSchema, ScaledDotProductAttentionGradSchema,
-      // The attention fusion's forward op:
-      ScaledDotProductAttentionSchema,
+      // The attention and GELU fusions' forward ops:
+      ScaledDotProductAttentionSchema, GeluSchema,
       // The channels-last plan pass's forward ops:
       ChannelsLastConvSchema, ChannelsLastBatchNormalizationSchema, ChannelsLastMaxPoolSchema,
       // Products:

@@ -1,4 +1,4 @@
-// ReluGrad / ErfGrad / GeluGrad against their formulas evaluated with libm (finite-difference checks of the rules are in
+// ReluGrad / ErfGrad / GeluGrad, and Gelu, against their formulas evaluated with libm (finite-difference checks of the rules are in
 // engine/autodiff/gradient_builder_test.cc).
 #include <cmath>
 
@@ -88,6 +88,45 @@ TEST(GeluGradTest, MatchesTheSlopeOfExactGeluInFloatAndDouble) {
       .AddOutput<double>("dx", {n}, expected64)
       .SetTolerance(1e-14, 1e-15)
       .Run();
+}
+
+// Gelu (the plan's fused exact GELU): x * Phi(x) over the same points as GeluGrad, the far ones alone too (the scalar
+// loop), and NaN through both loops. The absolute tolerance is the formula's own in float32: 1 + erf cancels in the
+// left tail (x = -5.5: 2e-7 off a value of -1e-7), as it does in the exported chain and in PyTorch's float GELU.
+TEST(GeluTest, MatchesExactGeluWithLibmsErf) {
+  std::vector<float> points;
+  for (int i = -80; i <= 80; ++i) points.push_back(i / 10.0f);
+  for (float far : {9.5f, 13.0f, 30.0f, 100.0f, 1e4f, 3e38f, 2.5e-30f, 0.0f}) {
+    points.push_back(far);
+    points.push_back(-far);
+  }
+  std::vector<float> expected;
+  for (const float point : points) {
+    const double v = point;
+    expected.push_back(static_cast<float>(v * 0.5 * (1.0 + std::erf(v / std::sqrt(2.0)))));
+  }
+  const int64_t n = static_cast<int64_t>(points.size());
+  OpTester("Gelu", kTraindTrainingVersion, kTraindTrainingDomain)
+      .AddInput<float>("x", {n}, points)
+      .AddOutput<float>("y", {n}, expected)
+      .SetTolerance(1e-6, 1e-6)
+      .Run();
+  const int64_t tail = 15;
+  OpTester("Gelu", kTraindTrainingVersion, kTraindTrainingDomain)
+      .AddInput<float>("x", {tail}, std::vector<float>(points.end() - tail, points.end()))
+      .AddOutput<float>("y", {tail}, std::vector<float>(expected.end() - tail, expected.end()))
+      .SetTolerance(1e-6, 1e-6)
+      .Run();
+  std::vector<float> with_nan(17, 1.0f);
+  with_nan[3] = with_nan[16] = NAN;
+  const absl::StatusOr<std::vector<Tensor>> outputs = OpTester("Gelu", kTraindTrainingVersion, kTraindTrainingDomain)
+                                                          .AddInput<float>("x", {17}, with_nan)
+                                                          .AddOutput<float>("y", {17}, with_nan)
+                                                          .RunRaw();
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  EXPECT_TRUE(std::isnan((*outputs)[0].data<float>()[3]));
+  EXPECT_TRUE(std::isnan((*outputs)[0].data<float>()[16]));
+  EXPECT_NEAR((*outputs)[0].data<float>()[0], 0.8413447f, 1e-6);
 }
 
 TEST(ErfGradTest, RefusesMismatchedShapes) {

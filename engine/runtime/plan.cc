@@ -21,6 +21,7 @@
 #include "engine/runtime/bias_folding.h"
 #include "engine/runtime/channels_last.h"
 #include "engine/runtime/fused_elementwise.h"
+#include "engine/runtime/gelu_fusion.h"
 #include "engine/runtime/transpose_folding.h"
 
 namespace traind::engine {
@@ -75,6 +76,7 @@ class Compiler {
     if (options_.fold_transposes) FoldTransposes();
     if (options_.fold_bias_adds) FoldBiasAdds();
     if (options_.fuse_attention) FuseAttentionChains();
+    if (options_.fuse_gelu) FuseGelu();
     if (options_.channels_last) ConvertToChannelsLast();
     TRAIND_ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder());
     for (int index : order) TRAIND_RETURN_IF_ERROR(AddNode(nodes_[index]));
@@ -201,6 +203,29 @@ class Compiler {
     if (fused > 0) opsets_.try_emplace(kTraindTrainingDomain, kTraindTrainingVersion);
     // The fused nodes, and the gradient nodes of a training graph, read and write heads where they lie.
     FoldAttentionLayouts(nodes_, graph);
+  }
+
+  // engine/runtime/gelu_fusion.h: exact GELU's decomposition as one node.
+  void FuseGelu() {
+    GeluFusionGraph graph;
+    for (const auto* infos : {&graph_.input(), &graph_.output(), &graph_.value_info()}) {
+      for (const auto& info : *infos) {
+        if (info.type().has_tensor_type()) graph.elem_types.emplace(info.name(), info.type().tensor_type().elem_type());
+      }
+    }
+    for (const auto& initializer : graph_.initializer()) {
+      graph.elem_types.emplace(initializer.name(), initializer.data_type());
+      if (initializer.data_type() != onnx::TensorProto::FLOAT ||
+          initializer.data_location() == onnx::TensorProto::EXTERNAL) {
+        continue;
+      }
+      absl::StatusOr<Tensor> scalar = TensorFromProto(initializer, /*max_elements=*/1);
+      if (scalar.ok() && scalar->num_elements() == 1) {
+        graph.scalar_constants.emplace(initializer.name(), scalar->data<float>()[0]);
+      }
+    }
+    for (const auto& output : graph_.output()) graph.outputs.insert(output.name());
+    if (FuseExactGelu(nodes_, graph) > 0) opsets_.try_emplace(kTraindTrainingDomain, kTraindTrainingVersion);
   }
 
   // engine/runtime/channels_last.h: activations stay channels-last from one convolution to the next.

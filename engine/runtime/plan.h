@@ -90,6 +90,8 @@ struct CompileOptions {
   bool fold_bias_adds = true;
   // Attention's MatMul -> scale -> Softmax -> MatMul as one node (engine/runtime/attention_fusion.h); CPU plans only.
   bool fuse_attention = true;
+  // Exact GELU's decomposition as one Gelu node (engine/runtime/gelu_fusion.h); CPU plans only.
+  bool fuse_gelu = true;
   // Activations channels-last between convolutions (engine/runtime/channels_last.h); CPU plans only, as above.
   bool channels_last = true;
 };

@@ -23,6 +23,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(const onnx::ModelProto&
   compile_options.fold_transposes = !options.make_executor;
   compile_options.fold_bias_adds = !options.make_executor;
   compile_options.fuse_attention = !options.make_executor;
+  compile_options.fuse_gelu = !options.make_executor;
   compile_options.channels_last = options.channels_last && !options.make_executor;
   TRAIND_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, Compile(model, compile_options));
   MemoryReservation constants;

@@ -192,6 +192,7 @@ absl::StatusOr<std::vector<Tensor>> OpTester::RunRaw() {
   compile_options.fuse_elementwise = device_ == TestDevice::kCpu;
   compile_options.fold_bias_adds = device_ == TestDevice::kCpu;
   compile_options.fuse_attention = device_ == TestDevice::kCpu;
+  compile_options.fuse_gelu = device_ == TestDevice::kCpu;
   compile_options.fold_transposes = device_ == TestDevice::kCpu;
   compile_options.channels_last = device_ == TestDevice::kCpu && channels_last_;
   auto plan = Compile(model_, compile_options);
