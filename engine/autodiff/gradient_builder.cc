@@ -15,6 +15,7 @@
 #include "engine/autodiff/gradient_rule.h"
 #include "engine/model/tensor_proto.h"
 #include "engine/model/traind_schemas.h"
+#include "engine/runtime/node_list.h"
 #include "engine/runtime/session.h"
 #include "onnx/checker.h"
 #include "onnx/shape_inference/implementation.h"
@@ -359,17 +360,9 @@ class Builder {
     match.q = product->input(0);
     match.b = product->input(1);
     if (const onnx::NodeProto* transpose = ForwardProducer(match.b, "Transpose");
-        transpose != nullptr && transpose->input_size() == 1) {
-      std::vector<int64_t> swap_last_two(static_cast<size_t>(rank));
-      for (int64_t i = 0; i < rank; ++i) swap_last_two[i] = i;
-      std::swap(swap_last_two[rank - 1], swap_last_two[rank - 2]);
-      for (const auto& attribute : transpose->attribute()) {
-        if (attribute.name() == "perm" &&
-            std::vector<int64_t>(attribute.ints().begin(), attribute.ints().end()) == swap_last_two) {
-          match.b = transpose->input(0);
-          match.trans_b = true;
-        }
-      }
+        transpose != nullptr && transpose->input_size() == 1 && SwapsLastTwoAxes(*transpose, rank)) {
+      match.b = transpose->input(0);
+      match.trans_b = true;
     }
     // Every operand float32 of P's rank, the batch dims equal (static and equal, or the same symbol).
     const ValueFacts* q_facts = Facts(match.q);

@@ -81,15 +81,22 @@ inline __m512 ErfLanes(__m512 x) {
   q = _mm512_fmadd_ps(q, x2, Splat(-1.42647390514189e-02f));
   return _mm512_div_ps(p, q);
 }
+
+// Phi(x) = 0.5 + 0.5 erf(x / sqrt(2)), the standard normal's distribution function, as GELU and its gradient use it.
+inline __m512 GaussianCdfLanes(__m512 x) {
+  return _mm512_fmadd_ps(ErfLanes(_mm512_mul_ps(x, Splat(static_cast<float>(kSqrtHalf)))), Splat(0.5f), Splat(0.5f));
+}
 #endif
+
+// Phi(x) for the scalar loops and tails.
+inline float GaussianCdf(float x) { return 0.5f * (1.0f + FastErf(x * static_cast<float>(kSqrtHalf))); }
 
 void GeluGradRange(const float* __restrict dy, const float* __restrict x, float* __restrict dx, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__)
   for (; i + 16 <= n; i += 16) {
     const __m512 v = _mm512_loadu_ps(x + i);
-    const __m512 cdf = _mm512_fmadd_ps(ErfLanes(_mm512_mul_ps(v, Splat(static_cast<float>(kSqrtHalf)))),
-                                       Splat(0.5f), Splat(0.5f));
+    const __m512 cdf = GaussianCdfLanes(v);
     const __m512 pdf = _mm512_mul_ps(Splat(static_cast<float>(kInvSqrtTwoPi)),
                                      ExpOfNonPositive512(_mm512_mul_ps(_mm512_mul_ps(Splat(-0.5f), v), v)));
     _mm512_storeu_ps(dx + i, _mm512_mul_ps(_mm512_loadu_ps(dy + i), _mm512_fmadd_ps(v, pdf, cdf)));
@@ -97,7 +104,7 @@ void GeluGradRange(const float* __restrict dy, const float* __restrict x, float*
 #endif
   for (; i < n; ++i) {
     const float v = x[i];
-    const float cdf = 0.5f * (1.0f + FastErf(v * static_cast<float>(kSqrtHalf)));
+    const float cdf = GaussianCdf(v);
     const float pdf = static_cast<float>(kInvSqrtTwoPi) * FastExpFullRange(-0.5f * v * v);
     dx[i] = dy[i] * (cdf + v * pdf);
   }
@@ -110,14 +117,12 @@ void GeluRange(const float* __restrict x, float* __restrict y, int64_t n) {
 #if defined(__AVX512F__)
   for (; i + 16 <= n; i += 16) {
     const __m512 v = _mm512_loadu_ps(x + i);
-    const __m512 cdf = _mm512_fmadd_ps(ErfLanes(_mm512_mul_ps(v, Splat(static_cast<float>(kSqrtHalf)))),
-                                       Splat(0.5f), Splat(0.5f));
-    _mm512_storeu_ps(y + i, _mm512_mul_ps(v, cdf));
+    _mm512_storeu_ps(y + i, _mm512_mul_ps(v, GaussianCdfLanes(v)));
   }
 #endif
   for (; i < n; ++i) {
     const float v = x[i];
-    y[i] = v * (0.5f * (1.0f + FastErf(v * static_cast<float>(kSqrtHalf))));
+    y[i] = v * GaussianCdf(v);
   }
 }
 

@@ -71,13 +71,6 @@ class Fuser {
     return std::nullopt;
   }
 
-  static int64_t IntAttribute(const onnx::NodeProto& node, const char* name, int64_t fallback) {
-    for (const auto& attribute : node.attribute()) {
-      if (attribute.name() == name) return attribute.i();
-    }
-    return fallback;
-  }
-
   bool TryFuse(int root_index) {
     const onnx::NodeProto& root = nodes_[root_index];
     if (removed_[root_index] || !IsOnnxNode(root) || root.op_type() != "MatMul" || root.input_size() != 2 ||
@@ -91,7 +84,7 @@ class Fuser {
     auto p_dims = graph_.dims.find(p);
     if (p_dims == graph_.dims.end() || p_dims->second.size() < 2) return false;
     const int64_t rank = static_cast<int64_t>(p_dims->second.size());
-    const int64_t axis = IntAttribute(*softmax, "axis", graph_.onnx_opset >= 13 ? -1 : 1);
+    const int64_t axis = IntAttributeOr(*softmax, "axis", graph_.onnx_opset >= 13 ? -1 : 1);
     if (axis != -1 && axis != rank - 1) return false;
 
     // The scaling, if any, and the first product.
@@ -118,26 +111,19 @@ class Fuser {
     const onnx::NodeProto* product = Producer(scores, "MatMul");
     if (product == nullptr) {
       product = Producer(scores, "FusedMatMul", /*traind=*/true);
-      if (product == nullptr || IntAttribute(*product, "transA", 0) != 0) return false;
-      trans_b = IntAttribute(*product, "transB", 0) != 0;
+      if (product == nullptr || IntAttributeOr(*product, "transA", 0) != 0) return false;
+      trans_b = IntAttributeOr(*product, "transB", 0) != 0;
     }
     if (product->input_size() != 2) return false;  // FusedMatMul's bias
     const int product_index = ProducerIndex(scores);
     const std::string& q = product->input(0);
     std::string b = product->input(1);
     int transpose_index = -1;
-    if (const onnx::NodeProto* transpose = Producer(b, "Transpose"); !trans_b && transpose != nullptr) {
-      std::vector<int64_t> swap_last_two(static_cast<size_t>(rank));
-      for (int64_t i = 0; i < rank; ++i) swap_last_two[i] = i;
-      std::swap(swap_last_two[rank - 1], swap_last_two[rank - 2]);
-      for (const auto& attribute : transpose->attribute()) {
-        if (attribute.name() == "perm" &&
-            std::vector<int64_t>(attribute.ints().begin(), attribute.ints().end()) == swap_last_two) {
-          if (Private(b)) transpose_index = ProducerIndex(b);
-          b = transpose->input(0);
-          trans_b = true;
-        }
-      }
+    if (const onnx::NodeProto* transpose = Producer(b, "Transpose");
+        !trans_b && transpose != nullptr && SwapsLastTwoAxes(*transpose, rank)) {
+      if (Private(b)) transpose_index = ProducerIndex(b);
+      b = transpose->input(0);
+      trans_b = true;
     }
     // Float32 operands of P's rank with statically equal batch dims.
     for (const std::string* operand : std::initializer_list<const std::string*>{&q, &b, &v}) {
@@ -185,34 +171,6 @@ class Fuser {
   absl::flat_hash_map<std::string, int> reads_;  // how many node inputs name each value
   std::vector<bool> removed_;
 };
-
-// A node's integer attribute, or `fallback`.
-int64_t IntAttributeOf(const onnx::NodeProto& node, const char* name, int64_t fallback) {
-  for (const auto& attribute : node.attribute()) {
-    if (attribute.name() == name) return attribute.i();
-  }
-  return fallback;
-}
-
-std::vector<int64_t> IntsAttributeOf(const onnx::NodeProto& node, const char* name) {
-  for (const auto& attribute : node.attribute()) {
-    if (attribute.name() == name) return std::vector<int64_t>(attribute.ints().begin(), attribute.ints().end());
-  }
-  return {};
-}
-
-void SetIntAttribute(onnx::NodeProto& node, const char* name, int64_t value) {
-  for (auto& attribute : *node.mutable_attribute()) {
-    if (attribute.name() == name) {
-      attribute.set_i(value);
-      return;
-    }
-  }
-  auto* attribute = node.add_attribute();
-  attribute->set_name(name);
-  attribute->set_type(onnx::AttributeProto::INT);
-  attribute->set_i(value);
-}
 
 class LayoutFolder {
  public:
@@ -300,13 +258,13 @@ class LayoutFolder {
   }
 
   bool HasPerm(const onnx::NodeProto& node, std::vector<int64_t> perm) const {
-    return IntsAttributeOf(node, "perm") == perm;
+    return IntsAttribute(node, "perm") == perm;
   }
 
   // X = Gather(Transpose(R, [2, 0, 3, 1, 4]), s, axis 0) for a static [N, L, S, H, D] R: R and s.
   std::optional<std::pair<std::string, int64_t>> SlotOf(const std::string& x) const {
     const onnx::NodeProto* gather = Producer(x, "Gather");
-    if (gather == nullptr || gather->input_size() != 2 || IntAttributeOf(*gather, "axis", 0) != 0) return std::nullopt;
+    if (gather == nullptr || gather->input_size() != 2 || IntAttributeOr(*gather, "axis", 0) != 0) return std::nullopt;
     // A scalar index (rank 0): the Gather drops the axis.
     const std::optional<IntValues> slot = IntConstant(gather->input(1));
     if (!slot.has_value() || slot->values.size() != 1 || slot->rank != 0) return std::nullopt;
@@ -327,8 +285,8 @@ class LayoutFolder {
   // The three operands (from input `first_operand` on) as distinct slots of one tensor: that tensor and the slots.
   std::optional<std::pair<std::string, std::vector<int64_t>>> PackedOperands(const onnx::NodeProto& node,
                                                                               int first_operand) const {
-    if (node.input_size() < first_operand + 3 || IntAttributeOf(node, "transB", 0) != 1 ||
-        IntAttributeOf(node, "q_slot", -1) >= 0) {
+    if (node.input_size() < first_operand + 3 || IntAttributeOr(node, "transB", 0) != 1 ||
+        IntAttributeOr(node, "q_slot", -1) >= 0) {
       return std::nullopt;
     }
     std::string source;
@@ -363,7 +321,7 @@ class LayoutFolder {
   // O read only by Transpose(O, [0, 2, 1, 3]): the node writes the transposed value.
   bool FoldForwardOutput(int index) {
     onnx::NodeProto& node = nodes_[index];
-    if (IntAttributeOf(node, "o_interleaved", 0) != 0) return false;
+    if (IntAttributeOr(node, "o_interleaved", 0) != 0) return false;
     const int reader = SoleReader(node.output(0));
     if (reader < 0) return false;
     const onnx::NodeProto& transpose = nodes_[reader];
@@ -378,7 +336,7 @@ class LayoutFolder {
   // dO = Transpose(G, [0, 2, 1, 3]) read by nothing else: the node reads G.
   bool FoldOutputGradient(int index) {
     onnx::NodeProto& node = nodes_[index];
-    if (IntAttributeOf(node, "dO_interleaved", 0) != 0 || node.input_size() < 1) return false;
+    if (IntAttributeOr(node, "dO_interleaved", 0) != 0 || node.input_size() < 1) return false;
     const std::string& dout = node.input(0);
     const onnx::NodeProto* transpose = Producer(dout, "Transpose");
     if (transpose == nullptr || !HasPerm(*transpose, {0, 2, 1, 3}) || SoleReader(dout) != index) return false;
@@ -403,7 +361,7 @@ class LayoutFolder {
       if (unsqueeze < 0) return false;
       const onnx::NodeProto& u = nodes_[unsqueeze];
       if (!IsOnnxNode(u) || u.op_type() != "Unsqueeze" || u.input(0) != gradient) return false;
-      std::vector<int64_t> axes = IntsAttributeOf(u, "axes");
+      std::vector<int64_t> axes = IntsAttribute(u, "axes");
       if (u.input_size() > 1) {
         const std::optional<IntValues> given = IntConstant(u.input(1));
         axes = given.has_value() ? given->values : std::vector<int64_t>{};
@@ -413,7 +371,7 @@ class LayoutFolder {
       if (concat < 0 || (concat_index >= 0 && concat != concat_index)) return false;
       concat_index = concat;
       const onnx::NodeProto& c = nodes_[concat];
-      if (!IsOnnxNode(c) || c.op_type() != "Concat" || IntAttributeOf(c, "axis", 1) != 0 || c.input_size() != 3 ||
+      if (!IsOnnxNode(c) || c.op_type() != "Concat" || IntAttributeOr(c, "axis", 1) != 0 || c.input_size() != 3 ||
           c.input(static_cast<int>(packed->second[j])) != u.output(0)) {
         return false;
       }

@@ -19,20 +19,6 @@ std::optional<int64_t> TransposeFlag(const onnx::NodeProto& node, const char* na
   return *value;
 }
 
-void SetIntAttribute(onnx::NodeProto& node, const std::string& name, int64_t value) {
-  for (auto& attribute : *node.mutable_attribute()) {
-    if (attribute.name() == name) {
-      attribute.set_type(onnx::AttributeProto::INT);
-      attribute.set_i(value);
-      return;
-    }
-  }
-  auto* attribute = node.add_attribute();
-  attribute->set_name(name);
-  attribute->set_type(onnx::AttributeProto::INT);
-  attribute->set_i(value);
-}
-
 // A Transpose of a matrix: perm absent or [1, 0], of a value of rank 2 (known, or a Gemm's result).
 bool IsMatrixTranspose(const onnx::NodeProto& node, const TransposeFoldingGraph& graph, bool of_gemm) {
   if (!IsOnnxNode(node) || node.op_type() != "Transpose" || node.input_size() != 1 || node.output_size() != 1) {
