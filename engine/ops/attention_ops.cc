@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/shape.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/row_statistics.h"
 #include "engine/ops/small_gemm.h"
@@ -164,15 +165,20 @@ Shape WithMatrix(const Shape& batch, int64_t rows, int64_t cols) {
   return shape;
 }
 
+// The floats of an item's rows x cols scratch matrix: ResourceExhausted past kMaxTensorElements, where a hostile
+// model's empty operands ([1, 2^31, 0]) would otherwise ask for an overflowing size.
+absl::StatusOr<int64_t> ScratchFloats(int64_t rows, int64_t cols) { return ElementCount({rows, cols}); }
+
 // Calls fn(item, scratch) for every batch item in [0, batches), in parallel chunks; each chunk has its own
 // `scratch_floats` floats from the run's pool (within the session's memory budget). Chunks of at least ~2^18
-// multiply-adds (`item_work` each), so that small problems stay on one thread.
+// multiply-adds (`item_work` each, in double: a product of four dims), so that small problems stay on one thread.
 template <typename Fn>
-absl::Status ForEachBatchItem(KernelContext& context, int64_t batches, int64_t item_work, int64_t scratch_floats,
+absl::Status ForEachBatchItem(KernelContext& context, int64_t batches, double item_work, int64_t scratch_floats,
                               const Fn& fn) {
   std::mutex mutex;
   absl::Status status;
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(1, item_work));
+  const int64_t grain =
+      static_cast<int64_t>(std::clamp(static_cast<double>(int64_t{1} << 18) / std::max(1.0, item_work), 1.0, 1e9));
   context.threads().ParallelFor(batches, grain, [&](int64_t begin, int64_t end) {
     std::shared_ptr<Buffer> scratch;
     if (scratch_floats > 0) {
@@ -298,15 +304,17 @@ class ScaledDotProductAttentionKernel final : public Kernel {
       TRAIND_ASSIGN_OR_RETURN(Tensor * p, context.AllocateOutput(1, DataType::kFloat32, WithMatrix(s.batch, s.lq, s.lk)));
       p_data = p->mutable_data<float>();
     }
-    const int64_t score_floats = keep_p ? 0 : s.lq * s.lk;
-    const MatrixOperand b_layout{nullptr, s.b.ld, attributes_.trans_b};
-    const int64_t pack_floats = SmallGemmScratchFloats(b_layout, s.d, s.lk);
+    TRAIND_ASSIGN_OR_RETURN(const int64_t item_scores, ScratchFloats(s.lq, s.lk));
+    TRAIND_ASSIGN_OR_RETURN(const int64_t item_keys, ScratchFloats(s.d, s.lk));
+    const int64_t score_floats = keep_p ? 0 : item_scores;
+    const int64_t pack_floats = attributes_.trans_b ? item_keys : 0;  // SmallGemm packs op(B) = K^T
     const float* q_data = q->data<float>();
     const float* b_data = b->data<float>();
     const float* v_data = v->data<float>();
     float* o_data = o->mutable_data<float>();
+    const double item_work = static_cast<double>(s.lq) * static_cast<double>(s.lk) * static_cast<double>(s.d + s.dv);
     return ForEachBatchItem(
-        context, s.batches, s.lq * s.lk * (s.d + s.dv), score_floats + pack_floats, [&](int64_t i, float* scratch) {
+        context, s.batches, item_work, score_floats + pack_floats, [&](int64_t i, float* scratch) {
           float* scores = keep_p ? p_data + i * s.lq * s.lk : scratch;
           float* pack = scratch + score_floats;
           SmallGemm(s.lq, s.lk, s.d, attributes_.scale, {q_data + s.q.Base(i), s.q.ld, false},
@@ -364,16 +372,21 @@ class ScaledDotProductAttentionGradKernel final : public Kernel {
     const bool want_scores = want_dq || want_db;
     // Scratch: the item's dP, turned into dS in place; and B^T packed for the products reading a transposed B
     // (dP = dO V^T always, dQ = dS B^T when B holds the keys transposed).
-    const int64_t score_floats = want_scores ? s.lq * s.lk : 0;
-    const int64_t pack_floats = want_scores ? std::max(s.dv * s.lk, trans_b ? int64_t{0} : s.lk * s.d) : 0;
+    TRAIND_ASSIGN_OR_RETURN(const int64_t item_scores, ScratchFloats(s.lq, s.lk));
+    TRAIND_ASSIGN_OR_RETURN(const int64_t item_values, ScratchFloats(s.dv, s.lk));
+    TRAIND_ASSIGN_OR_RETURN(const int64_t item_keys, ScratchFloats(s.d, s.lk));
+    const int64_t score_floats = want_scores ? item_scores : 0;
+    const int64_t pack_floats = want_scores ? std::max(item_values, trans_b ? int64_t{0} : item_keys) : 0;
     const float* dout_data = dout->data<float>();
     const float* q_data = q->data<float>();
     const float* b_data = b->data<float>();
     const float* v_data = v->data<float>();
     const float* p_data = p->data<float>();
     const int64_t b_rows = trans_b ? s.lk : s.d, b_cols = trans_b ? s.d : s.lk;
+    const double item_work =
+        static_cast<double>(s.lq) * static_cast<double>(s.lk) * 2.0 * static_cast<double>(s.d + s.dv);
     return ForEachBatchItem(
-        context, s.batches, s.lq * s.lk * (2 * s.d + 2 * s.dv), score_floats + pack_floats,
+        context, s.batches, item_work, score_floats + pack_floats,
         [&](int64_t i, float* scratch) {
           const float* dout_i = dout_data + dout_layout.Base(i);
           const float* q_i = q_data + s.q.Base(i);

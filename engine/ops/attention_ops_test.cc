@@ -290,6 +290,20 @@ TEST(ScaledDotProductAttentionTest, RefusesInconsistentInterleaving) {
   EXPECT_NE(refused.status().message().find("slots of one tensor"), std::string::npos) << refused.status();
 }
 
+// A hostile model's empty operands with huge sequence dims: an item's scores would be 9e18 floats (whose byte count
+// overflows 64 bits): refused before anything is allocated.
+TEST(ScaledDotProductAttentionTest, EmptyOperandsWithHugeSequencesAreRefusedBeforeAllocating) {
+  const int64_t huge = 3000000000;
+  OpTester test("ScaledDotProductAttention", kTraindTrainingVersion, kTraindTrainingDomain);
+  test.AddInputTensor("q", *Tensor::Allocate(DataType::kFloat32, {1, huge, 0}));
+  test.AddInputTensor("b", *Tensor::Allocate(DataType::kFloat32, {1, huge, 0}));
+  test.AddInputTensor("v", *Tensor::Allocate(DataType::kFloat32, {1, huge, 0}));
+  test.AddAttribute("transB", int64_t{1}).AddOutputShape("o", DataType::kFloat32, {1, huge, 0});
+  const absl::StatusOr<std::vector<Tensor>> refused = test.RunRaw();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+}
+
 TEST(ScaledDotProductAttentionTest, RefusesOperandsThatDoNotAgree) {
   struct Case {
     Shape q, b, v;
