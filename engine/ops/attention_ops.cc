@@ -334,14 +334,10 @@ class ScaledDotProductAttentionGradKernel final : public Kernel {
   explicit ScaledDotProductAttentionGradKernel(AttentionAttributes attributes) : attributes_(attributes) {}
 
   absl::Status Compute(KernelContext& context) const override {
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* dout, context.RequiredInput(0));
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* q, context.RequiredInput(1));
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* b, context.RequiredInput(2));
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* v, context.RequiredInput(3));
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* p, context.RequiredInput(4));
-    OperandLayout dout_layout;
-    TRAIND_ASSIGN_OR_RETURN(const AttentionShapes s,
-                            CheckAttentionGradInputs(*dout, *q, *b, *v, *p, attributes_, &dout_layout));
+    TRAIND_ASSIGN_OR_RETURN(const AttentionGradOperands operands, AttentionGradInputs(context, attributes_));
+    const Tensor *dout = operands.dout, *q = operands.q, *b = operands.b, *v = operands.v, *p = operands.p;
+    const AttentionShapes& s = operands.shapes;
+    const OperandLayout& dout_layout = operands.dout_layout;
     if (q->dtype() != DataType::kFloat32) return UnsupportedDtype("ScaledDotProductAttentionGrad", q->dtype());
     // Each gradient is laid out as its operand: plain outputs of their inputs' shapes, or (interleaved) the three
     // slots of output 0, the gradient of the one tensor Q, B and V are slots of.

@@ -73,6 +73,32 @@ absl::StatusOr<AttentionShapes> CheckAttentionGradInputs(const Tensor& dout, con
                                                          const AttentionAttributes& attributes,
                                                          OperandLayout* dout_layout);
 
+// The gradient's five inputs from a node's context (the CPU's KernelContext or the GPU's), checked as above.
+struct AttentionGradOperands {
+  const Tensor* dout = nullptr;
+  const Tensor* q = nullptr;
+  const Tensor* b = nullptr;
+  const Tensor* v = nullptr;
+  const Tensor* p = nullptr;
+  AttentionShapes shapes;
+  OperandLayout dout_layout;
+};
+template <typename Context>
+absl::StatusOr<AttentionGradOperands> AttentionGradInputs(const Context& context, const AttentionAttributes& attributes) {
+  AttentionGradOperands operands;
+  const Tensor** inputs[] = {&operands.dout, &operands.q, &operands.b, &operands.v, &operands.p};
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<const Tensor*> input = context.RequiredInput(i);
+    if (!input.ok()) return input.status();
+    *inputs[i] = *input;
+  }
+  absl::StatusOr<AttentionShapes> shapes = CheckAttentionGradInputs(
+      *operands.dout, *operands.q, *operands.b, *operands.v, *operands.p, attributes, &operands.dout_layout);
+  if (!shapes.ok()) return shapes.status();
+  operands.shapes = *std::move(shapes);
+  return operands;
+}
+
 }  // namespace traind::engine
 
 #endif  // TRAIND_ENGINE_OPS_ATTENTION_OPS_H_

@@ -63,14 +63,9 @@ class ScaledDotProductAttentionGradGpuKernel final : public GpuKernel {
       : softmax_grad_(std::move(softmax_grad)), attributes_(attributes) {}
 
   absl::Status Compute(GpuKernelContext& context) const override {
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* dout, context.RequiredInput(0));
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* q, context.RequiredInput(1));
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* b, context.RequiredInput(2));
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* v, context.RequiredInput(3));
-    TRAIND_ASSIGN_OR_RETURN(const Tensor* p, context.RequiredInput(4));
-    OperandLayout dout_layout;
-    TRAIND_ASSIGN_OR_RETURN(const AttentionShapes s,
-                            CheckAttentionGradInputs(*dout, *q, *b, *v, *p, attributes_, &dout_layout));
+    TRAIND_ASSIGN_OR_RETURN(const AttentionGradOperands operands, AttentionGradInputs(context, attributes_));
+    const Tensor *dout = operands.dout, *q = operands.q, *b = operands.b, *v = operands.v, *p = operands.p;
+    const AttentionShapes& s = operands.shapes;
     const int64_t n = s.batches;
     const bool trans_b = attributes_.trans_b;
     const Matrix p_matrix{context.mem(*p), 0, s.lk, false, s.lq * s.lk};
