@@ -14,16 +14,9 @@ namespace {
 
 class Fuser {
  public:
-  Fuser(std::vector<onnx::NodeProto>& nodes, const AttentionFusionGraph& graph) : nodes_(nodes), graph_(graph) {
-    for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
-      for (const auto& output : nodes_[i].output()) {
-        if (!output.empty()) producer_[output] = i;
-      }
-      for (const auto& input : nodes_[i].input()) {
-        if (!input.empty()) ++reads_[input];
-      }
-    }
+  Fuser(std::vector<onnx::NodeProto>& nodes, const GraphValueFacts& graph) : nodes_(nodes), graph_(graph) {
     removed_.assign(nodes_.size(), false);
+    index_.Build(nodes_, removed_);
   }
 
   int Run() {
@@ -36,19 +29,14 @@ class Fuser {
  private:
   // The node making `value` when it is of `op_type` in `domain` (default: ONNX) and not yet removed; else nullptr.
   const onnx::NodeProto* Producer(const std::string& value, const char* op_type, bool traind = false) const {
-    auto it = producer_.find(value);
-    if (it == producer_.end() || removed_[it->second]) return nullptr;
+    auto it = index_.producer.find(value);
+    if (it == index_.producer.end() || removed_[it->second]) return nullptr;
     const onnx::NodeProto& node = nodes_[it->second];
     const bool domain = traind ? node.domain() == kTraindTrainingDomain : IsOnnxNode(node);
     return domain && node.op_type() == op_type ? &node : nullptr;
   }
-  int ProducerIndex(const std::string& value) const { return producer_.at(value); }
-
-  // Read by exactly one node input and not a graph output.
-  bool Private(const std::string& value) const {
-    auto it = reads_.find(value);
-    return it != reads_.end() && it->second == 1 && !graph_.outputs.contains(value);
-  }
+  int ProducerIndex(const std::string& value) const { return index_.producer.at(value); }
+  bool Private(const std::string& value) const { return index_.Private(value, graph_); }
 
   bool IsFloat(const std::string& value) const {
     auto it = graph_.elem_types.find(value);
@@ -56,19 +44,7 @@ class Fuser {
   }
 
   std::optional<float> ScalarConstant(const std::string& value) const {
-    if (auto it = graph_.scalar_constants.find(value); it != graph_.scalar_constants.end()) return it->second;
-    const onnx::NodeProto* constant = Producer(value, "Constant");
-    if (constant == nullptr) return std::nullopt;
-    for (const auto& attribute : constant->attribute()) {
-      if (attribute.name() == "value_float") return attribute.f();
-      if (attribute.name() == "value" && attribute.has_t() &&
-          attribute.t().data_type() == onnx::TensorProto::FLOAT &&
-          attribute.t().data_location() != onnx::TensorProto::EXTERNAL) {
-        absl::StatusOr<Tensor> scalar = TensorFromProto(attribute.t(), /*max_elements=*/1);
-        if (scalar.ok() && scalar->num_elements() == 1) return scalar->data<float>()[0];
-      }
-    }
-    return std::nullopt;
+    return FloatScalarConstant(value, nodes_, removed_, index_, graph_);
   }
 
   bool TryFuse(int root_index) {
@@ -145,7 +121,7 @@ class Fuser {
     fused.add_input(v);
     fused.add_output(root.output(0));
     // P stays a value of the plan where its other readers (the gradient) or the graph's outputs want it.
-    const bool keep_p = reads_.at(p) > 1 || graph_.outputs.contains(p);
+    const bool keep_p = index_.reads.at(p) > 1 || graph_.outputs.contains(p);
     if (keep_p) fused.add_output(p);
     auto* scale_attribute = fused.add_attribute();
     scale_attribute->set_name("scale");
@@ -166,15 +142,14 @@ class Fuser {
   }
 
   std::vector<onnx::NodeProto>& nodes_;
-  const AttentionFusionGraph& graph_;
-  absl::flat_hash_map<std::string, int> producer_;
-  absl::flat_hash_map<std::string, int> reads_;  // how many node inputs name each value
+  const GraphValueFacts& graph_;
   std::vector<bool> removed_;
+  NodeListIndex index_;
 };
 
 class LayoutFolder {
  public:
-  LayoutFolder(std::vector<onnx::NodeProto>& nodes, const AttentionFusionGraph& graph) : nodes_(nodes), graph_(graph) {
+  LayoutFolder(std::vector<onnx::NodeProto>& nodes, const GraphValueFacts& graph) : nodes_(nodes), graph_(graph) {
     removed_.assign(nodes_.size(), false);
     Index();
   }
@@ -199,31 +174,18 @@ class LayoutFolder {
   }
 
  private:
-  void Index() {
-    producer_.clear();
-    reads_.clear();
-    for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
-      if (removed_[i]) continue;
-      for (const auto& output : nodes_[i].output()) {
-        if (!output.empty()) producer_[output] = i;
-      }
-      for (const auto& input : nodes_[i].input()) {
-        if (!input.empty()) ++reads_[input];
-      }
-    }
-  }
+  void Index() { index_.Build(nodes_, removed_); }
 
   const onnx::NodeProto* Producer(const std::string& value, const char* op_type) const {
-    auto it = producer_.find(value);
-    if (it == producer_.end() || removed_[it->second]) return nullptr;
+    auto it = index_.producer.find(value);
+    if (it == index_.producer.end() || removed_[it->second]) return nullptr;
     const onnx::NodeProto& node = nodes_[it->second];
     return IsOnnxNode(node) && node.op_type() == op_type ? &node : nullptr;
   }
 
   // The one node reading `value` (nullptr when none or several, or when it is a graph output).
   int SoleReader(const std::string& value) const {
-    auto it = reads_.find(value);
-    if (it == reads_.end() || it->second != 1 || graph_.outputs.contains(value)) return -1;
+    if (!index_.Private(value, graph_)) return -1;
     for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
       if (removed_[i]) continue;
       for (const auto& input : nodes_[i].input()) {
@@ -243,18 +205,12 @@ class LayoutFolder {
       auto dims = graph_.dims.find(value);
       return IntValues{it->second, dims == graph_.dims.end() ? -1 : static_cast<int>(dims->second.size())};
     }
-    const onnx::NodeProto* constant = Producer(value, "Constant");
-    if (constant == nullptr) return std::nullopt;
-    for (const auto& attribute : constant->attribute()) {
-      if (attribute.name() == "value" && attribute.has_t() && attribute.t().data_type() == onnx::TensorProto::INT64 &&
-          attribute.t().data_location() != onnx::TensorProto::EXTERNAL) {
-        absl::StatusOr<Tensor> tensor = TensorFromProto(attribute.t(), /*max_elements=*/8);
-        if (!tensor.ok()) return std::nullopt;
-        return IntValues{std::vector<int64_t>(tensor->data<int64_t>(), tensor->data<int64_t>() + tensor->num_elements()),
-                         attribute.t().dims_size()};
-      }
-    }
-    return std::nullopt;
+    auto it = index_.producer.find(value);
+    if (it == index_.producer.end() || removed_[it->second]) return std::nullopt;
+    const std::optional<Tensor> tensor = ConstantNodeTensor(nodes_[it->second], onnx::TensorProto::INT64, 8);
+    if (!tensor.has_value()) return std::nullopt;
+    return IntValues{std::vector<int64_t>(tensor->data<int64_t>(), tensor->data<int64_t>() + tensor->num_elements()),
+                     static_cast<int>(tensor->rank())};
   }
 
   bool HasPerm(const onnx::NodeProto& node, std::vector<int64_t> perm) const {
@@ -340,7 +296,7 @@ class LayoutFolder {
     const std::string& dout = node.input(0);
     const onnx::NodeProto* transpose = Producer(dout, "Transpose");
     if (transpose == nullptr || !HasPerm(*transpose, {0, 2, 1, 3}) || SoleReader(dout) != index) return false;
-    const int transpose_index = producer_.at(dout);
+    const int transpose_index = index_.producer.at(dout);
     node.set_input(0, transpose->input(0));
     SetIntAttribute(node, "dO_interleaved", 1);
     removed_[transpose_index] = true;
@@ -409,26 +365,25 @@ class LayoutFolder {
         const onnx::NodeProto& node = nodes_[i];
         if (removed_[i] || !IsOnnxNode(node) || node.op_type() != op_type || node.output_size() != 1) continue;
         const std::string& output = node.output(0);
-        if (!reads_.contains(output) && !graph_.outputs.contains(output)) removed_[i] = true;
+        if (!index_.reads.contains(output) && !graph_.outputs.contains(output)) removed_[i] = true;
       }
       Index();
     }
   }
 
   std::vector<onnx::NodeProto>& nodes_;
-  const AttentionFusionGraph& graph_;
+  const GraphValueFacts& graph_;
   std::vector<bool> removed_;
-  absl::flat_hash_map<std::string, int> producer_;
-  absl::flat_hash_map<std::string, int> reads_;
+  NodeListIndex index_;
 };
 
 }  // namespace
 
-int FuseAttention(std::vector<onnx::NodeProto>& nodes, const AttentionFusionGraph& graph) {
+int FuseAttention(std::vector<onnx::NodeProto>& nodes, const GraphValueFacts& graph) {
   return Fuser(nodes, graph).Run();
 }
 
-int FoldAttentionLayouts(std::vector<onnx::NodeProto>& nodes, const AttentionFusionGraph& graph) {
+int FoldAttentionLayouts(std::vector<onnx::NodeProto>& nodes, const GraphValueFacts& graph) {
   return LayoutFolder(nodes, graph).Run();
 }
 

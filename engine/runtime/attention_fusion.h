@@ -42,32 +42,18 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
+#include "engine/runtime/node_list.h"
 #include "onnx/onnx_pb.h"
 
 namespace traind::engine {
 
-struct AttentionFusionGraph {
-  // Static dims of every value with a stated shape (-1 for a symbolic or unknown dimension).
-  absl::flat_hash_map<std::string, std::vector<int64_t>> dims;
-  // Element types (onnx::TensorProto::DataType) where stated.
-  absl::flat_hash_map<std::string, int32_t> elem_types;
-  // Float32 one-element initializers and their values (Constant nodes of the list are read by the pass itself).
-  absl::flat_hash_map<std::string, float> scalar_constants;
-  // Int64 initializers of at most a few elements (Gather indices, Unsqueeze axes) and their values.
-  absl::flat_hash_map<std::string, std::vector<int64_t>> int_constants;
-  absl::flat_hash_set<std::string> outputs;  // graph outputs
-  int onnx_opset = 0;                        // the model's default-domain opset (Softmax's axis default)
-};
-
 // Rewrites `nodes` in place as above and returns how many attention chains became one node. The fused nodes need the
 // ai.traind.training domain imported by the caller.
-int FuseAttention(std::vector<onnx::NodeProto>& nodes, const AttentionFusionGraph& graph);
+int FuseAttention(std::vector<onnx::NodeProto>& nodes, const GraphValueFacts& graph);
 
 // Rewrites `nodes` in place as above (after FuseAttention) and returns how many operands and results of attention
 // nodes it folded.
-int FoldAttentionLayouts(std::vector<onnx::NodeProto>& nodes, const AttentionFusionGraph& graph);
+int FoldAttentionLayouts(std::vector<onnx::NodeProto>& nodes, const GraphValueFacts& graph);
 
 }  // namespace traind::engine
 

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <optional>
 
-#include "engine/model/tensor_proto.h"
 #include "engine/model/traind_schemas.h"
 #include "engine/runtime/node_list.h"
 
@@ -12,16 +11,9 @@ namespace {
 
 class GeluFuser {
  public:
-  GeluFuser(std::vector<onnx::NodeProto>& nodes, const GeluFusionGraph& graph) : nodes_(nodes), graph_(graph) {
+  GeluFuser(std::vector<onnx::NodeProto>& nodes, const GraphValueFacts& graph) : nodes_(nodes), graph_(graph) {
     removed_.assign(nodes_.size(), false);
-    for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
-      for (const auto& output : nodes_[i].output()) {
-        if (!output.empty()) producer_[output] = i;
-      }
-      for (const auto& input : nodes_[i].input()) {
-        if (!input.empty()) ++reads_[input];
-      }
-    }
+    index_.Build(nodes_, removed_);
   }
 
   int Run() {
@@ -48,8 +40,8 @@ class GeluFuser {
  private:
   // The producer of `value` when it is an ONNX `op_type` node with two inputs (one for Erf), not yet removed.
   int Producer(const std::string& value, const char* op_type) const {
-    auto it = producer_.find(value);
-    if (it == producer_.end() || removed_[it->second]) return -1;
+    auto it = index_.producer.find(value);
+    if (it == index_.producer.end() || removed_[it->second]) return -1;
     const onnx::NodeProto& node = nodes_[it->second];
     const int arity = std::string(op_type) == "Erf" ? 1 : 2;
     if (!IsOnnxNode(node) || node.op_type() != op_type || node.input_size() != arity || node.output_size() != 1) {
@@ -58,26 +50,10 @@ class GeluFuser {
     return it->second;
   }
 
-  bool Private(const std::string& value) const {
-    auto it = reads_.find(value);
-    return it != reads_.end() && it->second == 1 && !graph_.outputs.contains(value);
-  }
+  bool Private(const std::string& value) const { return index_.Private(value, graph_); }
 
   std::optional<float> ScalarConstant(const std::string& value) const {
-    if (auto it = graph_.scalar_constants.find(value); it != graph_.scalar_constants.end()) return it->second;
-    auto it = producer_.find(value);
-    if (it == producer_.end() || removed_[it->second]) return std::nullopt;
-    const onnx::NodeProto& constant = nodes_[it->second];
-    if (!IsOnnxNode(constant) || constant.op_type() != "Constant") return std::nullopt;
-    for (const auto& attribute : constant.attribute()) {
-      if (attribute.name() == "value_float") return attribute.f();
-      if (attribute.name() == "value" && attribute.has_t() && attribute.t().data_type() == onnx::TensorProto::FLOAT &&
-          attribute.t().data_location() != onnx::TensorProto::EXTERNAL) {
-        absl::StatusOr<Tensor> scalar = TensorFromProto(attribute.t(), /*max_elements=*/1);
-        if (scalar.ok() && scalar->num_elements() == 1) return scalar->data<float>()[0];
-      }
-    }
-    return std::nullopt;
+    return FloatScalarConstant(value, nodes_, removed_, index_, graph_);
   }
 
   bool IsConstant(const std::string& value, double expected) const {
@@ -144,15 +120,14 @@ class GeluFuser {
   }
 
   std::vector<onnx::NodeProto>& nodes_;
-  const GeluFusionGraph& graph_;
+  const GraphValueFacts& graph_;
   std::vector<bool> removed_;
-  absl::flat_hash_map<std::string, int> producer_;
-  absl::flat_hash_map<std::string, int> reads_;
+  NodeListIndex index_;
 };
 
 }  // namespace
 
-int FuseExactGelu(std::vector<onnx::NodeProto>& nodes, const GeluFusionGraph& graph) {
+int FuseExactGelu(std::vector<onnx::NodeProto>& nodes, const GraphValueFacts& graph) {
   return GeluFuser(nodes, graph).Run();
 }
 

@@ -21,21 +21,14 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
+#include "engine/runtime/node_list.h"
 #include "onnx/onnx_pb.h"
 
 namespace traind::engine {
 
-struct GeluFusionGraph {
-  absl::flat_hash_map<std::string, int32_t> elem_types;      // element types where stated
-  absl::flat_hash_map<std::string, float> scalar_constants;  // float32 one-element initializers
-  absl::flat_hash_set<std::string> outputs;                  // graph outputs
-};
-
 // Rewrites `nodes` in place as above and returns how many chains became one Gelu. The Gelu nodes need the
 // ai.traind.training domain imported by the caller.
-int FuseExactGelu(std::vector<onnx::NodeProto>& nodes, const GeluFusionGraph& graph);
+int FuseExactGelu(std::vector<onnx::NodeProto>& nodes, const GraphValueFacts& graph);
 
 }  // namespace traind::engine
 

@@ -171,61 +171,49 @@ class Compiler {
     if (FoldBiasAddsIntoProducts(nodes_, graph) > 0) opsets_.try_emplace(kTraindTrainingDomain, kTraindTrainingVersion);
   }
 
-  // engine/runtime/attention_fusion.h: MatMul -> scale -> Softmax -> MatMul as one node.
-  void FuseAttentionChains() {
-    AttentionFusionGraph graph;
-    graph.dims = StaticDims();
+  // The facts the pattern passes read besides the nodes (node_list.h): gathered once.
+  const GraphValueFacts& ValueFacts() {
+    if (value_facts_.has_value()) return *value_facts_;
+    GraphValueFacts& facts = value_facts_.emplace();
+    facts.dims = StaticDims();
     for (const auto* infos : {&graph_.input(), &graph_.output(), &graph_.value_info()}) {
       for (const auto& info : *infos) {
-        if (info.type().has_tensor_type()) graph.elem_types.emplace(info.name(), info.type().tensor_type().elem_type());
+        if (info.type().has_tensor_type()) facts.elem_types.emplace(info.name(), info.type().tensor_type().elem_type());
       }
     }
     for (const auto& initializer : graph_.initializer()) {
-      graph.elem_types.emplace(initializer.name(), initializer.data_type());
-      if (initializer.data_type() == onnx::TensorProto::INT64 && initializer.data_location() != onnx::TensorProto::EXTERNAL) {
+      facts.elem_types.emplace(initializer.name(), initializer.data_type());
+      if (initializer.data_location() == onnx::TensorProto::EXTERNAL) continue;
+      if (initializer.data_type() == onnx::TensorProto::INT64) {
         absl::StatusOr<Tensor> values = TensorFromProto(initializer, /*max_elements=*/8);
         if (values.ok()) {
-          graph.int_constants.emplace(initializer.name(), std::vector<int64_t>(values->data<int64_t>(),
-                                                                               values->data<int64_t>() + values->num_elements()));
+          facts.int_constants.emplace(initializer.name(),
+                                      std::vector<int64_t>(values->data<int64_t>(),
+                                                           values->data<int64_t>() + values->num_elements()));
         }
-        continue;
+      } else if (initializer.data_type() == onnx::TensorProto::FLOAT) {
+        absl::StatusOr<Tensor> scalar = TensorFromProto(initializer, /*max_elements=*/1);
+        if (scalar.ok() && scalar->num_elements() == 1) {
+          facts.scalar_constants.emplace(initializer.name(), scalar->data<float>()[0]);
+        }
       }
-      if (initializer.data_type() != onnx::TensorProto::FLOAT || initializer.data_location() == onnx::TensorProto::EXTERNAL) {
-        continue;
-      }
-      absl::StatusOr<Tensor> scalar = TensorFromProto(initializer, /*max_elements=*/1);
-      if (scalar.ok() && scalar->num_elements() == 1) graph.scalar_constants.emplace(initializer.name(), scalar->data<float>()[0]);
     }
-    for (const auto& output : graph_.output()) graph.outputs.insert(output.name());
+    for (const auto& output : graph_.output()) facts.outputs.insert(output.name());
     auto onnx_opset = opsets_.find("");
-    graph.onnx_opset = onnx_opset == opsets_.end() ? kNewestOnnxOpset : onnx_opset->second;
-    const int fused = FuseAttention(nodes_, graph);
-    if (fused > 0) opsets_.try_emplace(kTraindTrainingDomain, kTraindTrainingVersion);
-    // The fused nodes, and the gradient nodes of a training graph, read and write heads where they lie.
-    FoldAttentionLayouts(nodes_, graph);
+    facts.onnx_opset = onnx_opset == opsets_.end() ? kNewestOnnxOpset : onnx_opset->second;
+    return facts;
+  }
+
+  // engine/runtime/attention_fusion.h: MatMul -> scale -> Softmax -> MatMul as one node; then the fused nodes, and
+  // the gradient nodes of a training graph, read and write heads where they lie.
+  void FuseAttentionChains() {
+    if (FuseAttention(nodes_, ValueFacts()) > 0) opsets_.try_emplace(kTraindTrainingDomain, kTraindTrainingVersion);
+    FoldAttentionLayouts(nodes_, ValueFacts());
   }
 
   // engine/runtime/gelu_fusion.h: exact GELU's decomposition as one node.
   void FuseGelu() {
-    GeluFusionGraph graph;
-    for (const auto* infos : {&graph_.input(), &graph_.output(), &graph_.value_info()}) {
-      for (const auto& info : *infos) {
-        if (info.type().has_tensor_type()) graph.elem_types.emplace(info.name(), info.type().tensor_type().elem_type());
-      }
-    }
-    for (const auto& initializer : graph_.initializer()) {
-      graph.elem_types.emplace(initializer.name(), initializer.data_type());
-      if (initializer.data_type() != onnx::TensorProto::FLOAT ||
-          initializer.data_location() == onnx::TensorProto::EXTERNAL) {
-        continue;
-      }
-      absl::StatusOr<Tensor> scalar = TensorFromProto(initializer, /*max_elements=*/1);
-      if (scalar.ok() && scalar->num_elements() == 1) {
-        graph.scalar_constants.emplace(initializer.name(), scalar->data<float>()[0]);
-      }
-    }
-    for (const auto& output : graph_.output()) graph.outputs.insert(output.name());
-    if (FuseExactGelu(nodes_, graph) > 0) opsets_.try_emplace(kTraindTrainingDomain, kTraindTrainingVersion);
+    if (FuseExactGelu(nodes_, ValueFacts()) > 0) opsets_.try_emplace(kTraindTrainingDomain, kTraindTrainingVersion);
   }
 
   // engine/runtime/channels_last.h: activations stay channels-last from one convolution to the next.
@@ -831,6 +819,7 @@ class Compiler {
   Plan* plan_ = nullptr;
   int64_t prepared_bytes_ = 0;  // What kernels keep of the constants (PrepareConstants).
   absl::flat_hash_map<std::string, std::string> size_aliases_;  // ChannelsLastResult::same_size_as
+  std::optional<GraphValueFacts> value_facts_;  // ValueFacts(), once the first pattern pass asks
 };
 
 }  // namespace
