@@ -547,7 +547,9 @@ grpc::Status TrainingServiceImpl::StreamedTrainStep(
   v1::TrainStepResponse response;
   if (absl::Status stepped = Step(call, *request, &response); !stepped.ok()) return Fail(context, stepped);
   request.reset();  // back to the pool before the answer goes out, ready for this client's next step
-  streamer->Write(response);
+  // The answer's last message: gRPC sends it with the status in one write (HTTP/2 DATA and trailers together),
+  // where a plain Write would be one write and the client's wake-up, then the trailers and another.
+  streamer->Write(response, grpc::WriteOptions().set_last_message());
   return grpc::Status::OK;
 }
 
