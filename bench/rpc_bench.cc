@@ -1,7 +1,8 @@
 // rpc_bench: what the RPC path costs. A training step through a real traind daemon over loopback gRPC (TrainStep:
 // forward + backward + optimizer step + lazy reset, with the batch in the request) side by side with the same step
 // in process (Module + Optimizer, as train_bench), in alternating rounds of one run; then the total steps/s of 1, 2
-// and 4 sessions stepping at once, each driven by its own client. Also TrainStream with batches in flight (the
+// and 4 sessions stepping at once, each driven by its own client, beside as many models stepped round robin in
+// process (N models' state against the caches, without the RPC path). Also TrainStream with batches in flight (the
 // next batch travels while the current step computes), the path of a client streaming a dataset. And where the
 // unary overhead goes: TrainSteps the daemon refuses before computing (empty, carrying the batch, and carrying it
 // after a pause as long as a step, as a unary client's connection idles while the daemon computes).
@@ -11,10 +12,15 @@
 //
 // The daemon is started by the bench (the traind binary of this build, on 127.0.0.1 port 0, its own state
 // directory, default flags: one step at a time, every core to it) and stopped at the end.
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -222,6 +228,64 @@ class Remote {
   v1::TrainStepRequest refused_empty_, refused_with_batch_;
 };
 
+// Where the CPU of the RPC path goes, measured rather than timed: the daemon's threads other than its compute
+// threads (gRPC's, named by the pool; see ComputePool::kComputeThreadName) and the whole client process. The
+// daemon's figures come from /proc in clock ticks (10 ms), so they are summed over whole rounds.
+struct CpuSeconds {
+  double daemon_total = 0;
+  double daemon_compute = 0;
+  double client = 0;
+};
+
+// utime + stime of /proc/.../stat, in seconds; -1 when unreadable.
+double ProcStatCpuSeconds(const std::string& stat_path) {
+  std::ifstream file(stat_path);
+  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const size_t name_end = text.rfind(')');  // the command name may hold spaces and parentheses
+  if (name_end == std::string::npos) return -1;
+  std::vector<std::string> fields = absl::StrSplit(text.substr(name_end + 2), ' ');
+  int64_t utime = 0, stime = 0;  // fields 14 and 15 of proc(5); fields[0] is field 3
+  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &utime) || !absl::SimpleAtoi(fields[12], &stime)) return -1;
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+CpuSeconds SampleCpu(pid_t daemon) {
+  CpuSeconds sample;
+  const std::string proc = absl::StrCat("/proc/", daemon);
+  sample.daemon_total = ProcStatCpuSeconds(proc + "/stat");  // includes threads that have ended
+  if (DIR* tasks = opendir((proc + "/task").c_str())) {
+    while (const dirent* entry = readdir(tasks)) {
+      if (entry->d_name[0] == '.') continue;
+      const std::string task = absl::StrCat(proc, "/task/", entry->d_name);
+      std::ifstream comm(task + "/comm");
+      std::string name;
+      std::getline(comm, name);
+      if (name != "traind-compute") continue;
+      const double seconds = ProcStatCpuSeconds(task + "/stat");
+      if (seconds > 0) sample.daemon_compute += seconds;
+    }
+    closedir(tasks);
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  sample.client = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                  1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+  return sample;
+}
+
+// Accumulates the CPU of the RPC path over timed rounds.
+struct RpcCpu {
+  double daemon_rpc = 0, client = 0;
+  int64_t steps = 0;
+  void Add(const CpuSeconds& before, const CpuSeconds& after, int64_t round_steps) {
+    daemon_rpc += (after.daemon_total - after.daemon_compute) - (before.daemon_total - before.daemon_compute);
+    client += after.client - before.client;
+    steps += round_steps;
+  }
+  double DaemonMicrosPerStep() const { return steps > 0 ? 1e6 * daemon_rpc / steps : 0; }
+  double ClientMicrosPerStep() const { return steps > 0 ? 1e6 * client / steps : 0; }
+};
+
 // Steps until `min_time` has passed (and at least 5 steps); returns each step's milliseconds, less `excluded` (a
 // pause the step takes before its call).
 template <typename StepFn>
@@ -294,14 +358,21 @@ int Main() {
     if (absl::Status s = remote_step(); !s.ok()) return Fail(s);
   }
   std::vector<double> local_ms, remote_ms, stream_ms, floor_ms, floor_batch_ms, floor_idle_ms;
+  const pid_t daemon_pid = (*daemon)->pid();
+  RpcCpu unary_cpu, stream_cpu;
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     absl::StatusOr<std::vector<double>> a = TimeSteps(local_step, absl::GetFlag(FLAGS_min_time));
     if (!a.ok()) return Fail(a.status());
+    const CpuSeconds before_unary = SampleCpu(daemon_pid);
     absl::StatusOr<std::vector<double>> b = TimeSteps(remote_step, absl::GetFlag(FLAGS_min_time));
     if (!b.ok()) return Fail(b.status());
+    const CpuSeconds after_unary = SampleCpu(daemon_pid);
+    unary_cpu.Add(before_unary, after_unary, static_cast<int64_t>(b->size()));
     absl::StatusOr<std::vector<double>> c =
         (*remote)->StreamSteps(absl::GetFlag(FLAGS_min_time), std::max(1, absl::GetFlag(FLAGS_stream_window)));
     if (!c.ok()) return Fail(c.status());
+    // The stream's first answer is not among the intervals: one more step than timed.
+    stream_cpu.Add(after_unary, SampleCpu(daemon_pid), static_cast<int64_t>(c->size()) + 1);
     absl::StatusOr<std::vector<double>> d =
         TimeSteps([&] { return (*remote)->RefusedStep(false, absl::ZeroDuration()); }, 0.25);
     if (!d.ok()) return Fail(d.status());
@@ -326,7 +397,7 @@ int Main() {
   const double floor_idle_median = engine::Median(floor_idle_ms);
 
   // Throughput of N sessions at once, each with its own client (channel) and thread.
-  std::map<int, double> steps_per_second;
+  std::map<int, double> steps_per_second, in_process_steps_per_second;
   for (const std::string& count_text : absl::GetFlag(FLAGS_sessions)) {
     int count = 0;
     if (!absl::SimpleAtoi(count_text, &count) || count < 1) {
@@ -365,20 +436,43 @@ int Main() {
     for (std::thread& worker : workers) worker.join();
     if (failed) return Fail(absl::InternalError("a concurrent TrainStep failed"));
     steps_per_second[count] = static_cast<double>(steps.load()) / Seconds(start, Clock::now());
+
+    // The same N models stepped round robin in process: what N sessions' state costs the caches alone (each keeps
+    // its parameters, gradients and optimizer moments; past the last-level cache a step reloads them).
+    std::vector<std::unique_ptr<InProcess>> models;
+    for (int c = 0; c < count; ++c) {
+      absl::StatusOr<std::unique_ptr<InProcess>> model = MakeInProcess(*artifacts, threads);
+      if (!model.ok()) return Fail(model.status());
+      models.push_back(*std::move(model));
+    }
+    int64_t next = 0;
+    for (int i = 0; i < 2 * count; ++i) {
+      if (absl::Status s = InProcessStep(*models[i % count], work.batch); !s.ok()) return Fail(s);
+    }
+    absl::StatusOr<std::vector<double>> round_robin =
+        TimeSteps([&] { return InProcessStep(*models[next++ % count], work.batch); }, duration / 2);
+    if (!round_robin.ok()) return Fail(round_robin.status());
+    in_process_steps_per_second[count] = 1e3 / engine::Median(*round_robin);
   }
 
   const std::string model = absl::GetFlag(FLAGS_model);
   if (absl::GetFlag(FLAGS_json)) {
-    std::string throughput;
+    std::string throughput, round_robin;
     for (const auto& [count, rate] : steps_per_second) {
       absl::StrAppend(&throughput, throughput.empty() ? "" : ", ", "\"", count, "\": ", rate);
+      absl::StrAppend(&round_robin, round_robin.empty() ? "" : ", ", "\"", count, "\": ",
+                      in_process_steps_per_second[count]);
     }
     std::printf("{\"model\": \"%s\", \"threads\": %d, \"in_process_ms\": %.4f, \"rpc_ms\": %.4f, \"ratio\": %.4f, "
                 "\"overhead_us\": %.1f, \"stream_ms\": %.4f, \"stream_ratio\": %.4f, \"refused_call_us\": %.1f, "
-                "\"refused_call_with_batch_us\": %.1f, \"refused_call_after_idle_us\": %.1f, \"steps_per_second\": {%s}}\n",
+                "\"refused_call_with_batch_us\": %.1f, \"refused_call_after_idle_us\": %.1f, \"unary_cpu_us\": "
+                "{\"daemon_rpc\": %.1f, \"client\": %.1f}, \"stream_cpu_us\": {\"daemon_rpc\": %.1f, \"client\": %.1f}, "
+                "\"steps_per_second\": {%s}, \"in_process_round_robin_steps_per_second\": {%s}}\n",
                 model.c_str(), threads, local_median, remote_median, remote_median / local_median,
                 1e3 * (remote_median - local_median), stream_median, stream_median / local_median,
-                1e3 * floor_median, 1e3 * floor_batch_median, 1e3 * floor_idle_median, throughput.c_str());
+                1e3 * floor_median, 1e3 * floor_batch_median, 1e3 * floor_idle_median,
+                unary_cpu.DaemonMicrosPerStep(), unary_cpu.ClientMicrosPerStep(), stream_cpu.DaemonMicrosPerStep(),
+                stream_cpu.ClientMicrosPerStep(), throughput.c_str(), round_robin.c_str());
   } else {
     std::printf("model %s threads %d: in-process %.3f ms/step, over gRPC %.3f ms/step: %.3fx (+%.1f us/step)\n",
                 model.c_str(), threads, local_median, remote_median, remote_median / local_median,
@@ -388,10 +482,15 @@ int Main() {
                 1e3 * (stream_median - local_median));
     std::printf("  a refused TrainStep (no compute): %.1f us empty, %.1f us carrying the batch, %.1f us carrying it "
                 "after a step's time idle\n", 1e3 * floor_median, 1e3 * floor_batch_median, 1e3 * floor_idle_median);
+    std::printf("  CPU of the RPC path per step: unary %.0f us in the daemon's RPC threads + %.0f us in the client; "
+                "TrainStream %.0f + %.0f us\n", unary_cpu.DaemonMicrosPerStep(), unary_cpu.ClientMicrosPerStep(),
+                stream_cpu.DaemonMicrosPerStep(), stream_cpu.ClientMicrosPerStep());
     const double one = steps_per_second.count(1) ? steps_per_second[1] : 0;
     for (const auto& [count, rate] : steps_per_second) {
-      std::printf("  %d session(s) at once: %.1f steps/s in total%s\n", count, rate,
-                  one > 0 ? absl::StrCat(" (", absl::SixDigits(rate / one), "x one session)").c_str() : "");
+      std::printf("  %d session(s) at once: %.1f steps/s in total%s; %d model(s) stepped round robin in process: "
+                  "%.1f steps/s\n", count, rate,
+                  one > 0 ? absl::StrCat(" (", absl::SixDigits(rate / one), "x one session)").c_str() : "", count,
+                  in_process_steps_per_second[count]);
     }
   }
   return 0;

@@ -1,5 +1,7 @@
 #include "server/compute_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +51,9 @@ absl::Status ComputePool::Run(const std::function<absl::Status()>& task, const s
 }
 
 void ComputePool::WorkerLoop() {
+  // Named for operators (top -H, perf) and for bench/rpc_bench, which tells the daemon's compute from its RPC
+  // threads by it. The OpenMP team's helper threads this worker starts inherit the name.
+  pthread_setname_np(pthread_self(), kComputeThreadName);
   for (;;) {
     Pending* pending = nullptr;
     {

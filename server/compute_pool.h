@@ -22,6 +22,9 @@ namespace traind {
 
 class ComputePool {
  public:
+  // The name of the workers' threads (and of their OpenMP helpers, which inherit it).
+  static constexpr const char* kComputeThreadName = "traind-compute";
+
   // `workers` >= 1 threads; `max_queued` >= 0 tasks may wait for one.
   ComputePool(int workers, int max_queued);
   ~ComputePool();  // Runs what is queued, then joins the workers.
