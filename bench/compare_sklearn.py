@@ -19,62 +19,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def runfile(path):
-    """A file of this build: beside this script in its runfiles tree, else under bazel-bin."""
-    for candidate in (os.path.join(HERE, "..", path), os.path.join(HERE, "..", "bazel-bin", path)):
-        if os.path.exists(candidate):
-            return candidate
-    raise FileNotFoundError(f"{path}: build it (bazel build -c opt //bench:compare_sklearn)")
-
-
-def busy_seconds():
-    with open("/proc/stat") as f:
-        values = [int(x) for x in f.readline().split()[1:9]]
-    user, nice, system, idle, iowait, irq, softirq, steal = values
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def process_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_name():
-    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-        if line.startswith("Model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
-class Daemon:
-    def __init__(self, threads):
-        self.state = tempfile.mkdtemp(prefix="compare_sklearn.")
-        ready = os.path.join(self.state, "ready.json")
-        env = dict(os.environ, GOMP_SPINCOUNT=os.environ.get("GOMP_SPINCOUNT", "10000"))
-        self.process = subprocess.Popen(
-            [runfile("server/traind"), "--listen=127.0.0.1:0", "--metrics_listen=", f"--state_dir={self.state}/s",
-             f"--ready_file={ready}", f"--default_num_threads={threads}", "--log_level=warn"], env=env)
-        deadline = time.monotonic() + 60
-        while not os.path.exists(ready):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("traind did not start")
-            time.sleep(0.05)
-        with open(ready) as f:
-            self.address = json.load(f)["grpc_address"]
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait(timeout=30)
+from bench_daemon import Daemon, busy_seconds, cpu_name, process_seconds
 
 
 def main():
@@ -110,7 +59,7 @@ def main():
     from traind_client.sklearn import TraindMLPClassifier, TraindSGDRegressor
 
     warnings.simplefilter("ignore")
-    daemon = Daemon(args.threads)
+    daemon = Daemon(args.threads, "//bench:compare_sklearn")
     try:
         workloads = []
         if not args.only or "sgd" in args.only:

@@ -567,17 +567,62 @@ absl::Status SessionManager::Close(const Caller& caller, const std::string& sess
 absl::StatusOr<TrainStepResult> SessionManager::TrainStep(const Caller& caller, const std::string& session_id,
                                                           const NamedTensors& inputs, bool accumulate_only,
                                                           const std::vector<std::string>& fetch,
-                                                          const engine::PropertyBag* set_properties) {
+                                                          const engine::PropertyBag* set_properties,
+                                                          const std::vector<DeferredCall>& before_step) {
   TRAIND_SESSION_CALL(session, session_id);
   TRAIND_RETURN_IF_ERROR(CheckFetch(fetch, session->module->TrainingOutputNames(), "training"));
   if (!accumulate_only) TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("TrainStep without accumulate_only"));
+  // What the deferred calls need, before anything is applied.
+  std::optional<engine::LearningRateScheduler> schedule;
+  bool deferred_optimizer_step = false;
+  for (DeferredCall call : before_step) {
+    if (call == DeferredCall::kOptimizerStep) {
+      TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("a deferred OptimizerStep"));
+      deferred_optimizer_step = true;
+    } else if (call == DeferredCall::kSchedulerStep && !schedule) {
+      TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("a deferred SchedulerStep"));
+      TRAIND_ASSIGN_OR_RETURN(schedule, ScheduleOf(*session, session_id));
+    }
+  }
   if (set_properties != nullptr) {
     for (const auto& [name, value] : *set_properties) session->state.properties[name] = value;
   }
   const absl::Time start = absl::Now();
   TrainStepResult result;
-  TRAIND_RETURN_IF_ERROR(compute_->Run(
+  bool applied_deferred = false;
+  const absl::Status ran = compute_->Run(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        if (!before_step.empty()) {
+          // A request the step would refuse applies none of them: its inputs are checked first.
+          TRAIND_RETURN_IF_ERROR(session->module->CheckTrainingInputs(inputs, /*check_shapes=*/true));
+          applied_deferred = true;
+          for (DeferredCall call : before_step) {
+            switch (call) {
+              case DeferredCall::kOptimizerStep: {
+                TRAIND_ASSIGN_OR_RETURN(const engine::OptimizerStepResult step, session->optimizer->Step());
+                ++session->parameters_version;
+                OptimizerStepInfo& info = result.deferred_optimizer_steps.emplace_back();
+                info.optimizer_step = session->optimizer->GetStep();
+                info.learning_rate = session->optimizer->GetLearningRate();
+                info.skipped = step.skipped;
+                if (step.skipped) {
+                  info.skip_reason = "a loss or gradient accumulated since the last reset is not finite";
+                }
+                break;
+              }
+              case DeferredCall::kSchedulerStep: {
+                engine::Optimizer& optimizer = *session->optimizer;
+                TRAIND_ASSIGN_OR_RETURN(const float rate,
+                                        schedule->LearningRate(optimizer.GetStep(), optimizer.GetInitialLearningRate()));
+                TRAIND_RETURN_IF_ERROR(optimizer.SetLearningRate(rate));
+                break;
+              }
+              case DeferredCall::kLazyResetGrad:
+                session->module->LazyResetGrad();
+                break;
+            }
+          }
+        }
         result.learning_rate = session->optimizer ? session->optimizer->GetLearningRate() : 0.0f;
         TRAIND_ASSIGN_OR_RETURN(NamedTensors outputs, session->module->TrainStep(inputs));
         TRAIND_ASSIGN_OR_RETURN(result.loss, ScalarLoss(outputs[0].second));
@@ -602,14 +647,21 @@ absl::StatusOr<TrainStepResult> SessionManager::TrainStep(const Caller& caller, 
         }
         return absl::OkStatus();
       },
-      caller.cancelled));
+      caller.cancelled);
+  if (!ran.ok()) {
+    if (applied_deferred) {  // the step failed at run time after the deferred calls changed the session
+      session->changed_since_checkpoint = true;
+      session->RefreshSnapshot();
+    }
+    return ran;
+  }
   result.optimizer_step = session->optimizer ? session->optimizer->GetStep() : 0;
   if (metrics_ != nullptr) {
     const Tensor& first = inputs.empty() ? Tensor() : inputs.front().second;
     metrics_->RecordTrainStep(caller.tenant, first.rank() > 0 ? first.dim(0) : 1,
                               absl::ToDoubleSeconds(absl::Now() - start), result.skipped);
   }
-  if (accumulate_only) {
+  if (accumulate_only && !deferred_optimizer_step) {
     session->changed_since_checkpoint = true;
   } else {
     MaybeCheckpoint(*session);
@@ -721,19 +773,20 @@ absl::StatusOr<LearningRateInfo> SessionManager::SetScheduler(const Caller& call
   return session->LearningRate();
 }
 
+absl::StatusOr<engine::LearningRateScheduler> SessionManager::ScheduleOf(const Session& session,
+                                                                         const std::string& session_id)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (session.manual_scheduler) return *session.manual_scheduler;
+  if (!session.state.scheduler.kind.empty()) return engine::LearningRateScheduler::FromState(session.state.scheduler);
+  return absl::FailedPreconditionError(absl::StrCat("session '", session_id, "' has no scheduler: SetScheduler first"));
+}
+
 absl::StatusOr<LearningRateInfo> SessionManager::SchedulerStep(const Caller& caller, const std::string& session_id,
                                                                std::optional<double> metric) {
   TRAIND_SESSION_CALL(session, session_id);
   TRAIND_RETURN_IF_ERROR(session->RequireOptimizer("SchedulerStep"));
   engine::Optimizer& optimizer = *session->optimizer;
-  std::optional<engine::LearningRateScheduler> scheduler = session->manual_scheduler;
-  if (!scheduler && !session->state.scheduler.kind.empty()) {
-    TRAIND_ASSIGN_OR_RETURN(scheduler, engine::LearningRateScheduler::FromState(session->state.scheduler));
-  }
-  if (!scheduler) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("session '", session_id, "' has no scheduler: SetScheduler first"));
-  }
+  TRAIND_ASSIGN_OR_RETURN(std::optional<engine::LearningRateScheduler> scheduler, ScheduleOf(*session, session_id));
   engine::PlateauOutcome outcome;
   if (metric) {
     TRAIND_ASSIGN_OR_RETURN(outcome, scheduler->ObserveMetric(*metric, optimizer.GetLearningRate()));

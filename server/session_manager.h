@@ -103,6 +103,18 @@ struct SessionInfo {
   int64_t forward_handle_bytes = 0;
 };
 
+struct OptimizerStepInfo {
+  int64_t optimizer_step = 0;
+  float learning_rate = 0.0f;  // for the next step
+  bool skipped = false;
+  std::string skip_reason;
+};
+
+// A call a client deferred and sends with its next TrainStep (ONNX Runtime's Optimizer.step(),
+// LRScheduler.step() and Module.lazy_reset_grad() answer nothing, so its loop needs one round trip a step, not
+// three or four).
+enum class DeferredCall { kOptimizerStep, kSchedulerStep, kLazyResetGrad };
+
 struct TrainStepResult {
   float loss = 0.0f;
   engine::NamedTensors outputs;  // the requested ones, in request order
@@ -113,6 +125,8 @@ struct TrainStepResult {
   // Several steps in one call (examples_per_step): each step's loss, and how many were skipped.
   std::vector<float> step_losses;
   int skipped_steps = 0;
+  // One per deferred optimizer step the call applied before its own, in order.
+  std::vector<OptimizerStepInfo> deferred_optimizer_steps;
 };
 
 // Forward's answer: the outputs, and with training the handle Backward takes.
@@ -125,13 +139,6 @@ struct ForwardResult {
 struct BackwardOutcome {
   engine::NamedTensors input_gradients;
   engine::NamedTensors parameter_gradients;
-};
-
-struct OptimizerStepInfo {
-  int64_t optimizer_step = 0;
-  float learning_rate = 0.0f;  // for the next step
-  bool skipped = false;
-  std::string skip_reason;
 };
 
 struct EvalResult {
@@ -230,10 +237,14 @@ class SessionManager {
   // `fetch` names outputs of the training model to return (the loss always comes as TrainStepResult::loss).
   // `set_properties` (may be null) are set in the same call, before the step: a training job records its position
   // in the data this way, so that the checkpoint the step may trigger holds the position after it.
+  // `before_step`: calls the client deferred, applied in order before the forward pass, on the same compute turn.
+  // None is applied when the call is refused before computing: the inputs (names, dtypes, shapes, class ids), the
+  // optimizer and scheduler they need are checked first. A step failing later (a kernel's error) leaves them applied.
   absl::StatusOr<TrainStepResult> TrainStep(const Caller& caller, const std::string& session_id,
                                             const engine::NamedTensors& inputs, bool accumulate_only,
                                             const std::vector<std::string>& fetch,
-                                            const engine::PropertyBag* set_properties = nullptr);
+                                            const engine::PropertyBag* set_properties = nullptr,
+                                            const std::vector<DeferredCall>& before_step = {});
   absl::StatusOr<OptimizerStepInfo> OptimizerStep(const Caller& caller, const std::string& session_id);
   absl::Status LazyResetGrad(const Caller& caller, const std::string& session_id);
   absl::StatusOr<EvalResult> Eval(const Caller& caller, const std::string& session_id,
@@ -329,6 +340,10 @@ class SessionManager {
   absl::Status WriteCheckpoint(Session& session);
   // The session's checkpoint policy says a checkpoint is due after an optimizer step.
   void MaybeCheckpoint(Session& session);
+  // The schedule SchedulerStep follows: the session's manual one, else its checkpoint's; FAILED_PRECONDITION when
+  // it has none (caller holds the session's lock).
+  static absl::StatusOr<engine::LearningRateScheduler> ScheduleOf(const Session& session,
+                                                                  const std::string& session_id);
   // Drops expired forward handles: the session's (its lock held), and those of other sessions not busy now.
   void ExpireForwards(Session& session);
 

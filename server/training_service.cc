@@ -507,6 +507,42 @@ grpc::Status TrainingServiceImpl::CloseSession(Context* context, const v1::Close
 
 // ---- Training and evaluation ----
 
+namespace {
+
+constexpr int kMaxDeferredCalls = 16;
+
+absl::StatusOr<std::vector<DeferredCall>> DeferredCallsFromWire(const v1::TrainStepRequest& request) {
+  if (request.before_step_size() == 0) return std::vector<DeferredCall>();
+  if (request.before_step_size() > kMaxDeferredCalls) {
+    return absl::InvalidArgumentError(absl::StrCat("before_step holds ", request.before_step_size(),
+                                                   " deferred calls; at most ", kMaxDeferredCalls));
+  }
+  if (request.examples_per_step() > 0) {
+    return absl::InvalidArgumentError("before_step cannot be combined with examples_per_step");
+  }
+  std::vector<DeferredCall> calls;
+  for (int i = 0; i < request.before_step_size(); ++i) {
+    switch (request.before_step(i)) {
+      case v1::DEFERRED_OPTIMIZER_STEP: calls.push_back(DeferredCall::kOptimizerStep); break;
+      case v1::DEFERRED_SCHEDULER_STEP: calls.push_back(DeferredCall::kSchedulerStep); break;
+      case v1::DEFERRED_LAZY_RESET_GRAD: calls.push_back(DeferredCall::kLazyResetGrad); break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("before_step[", i, "] is ", request.before_step(i), ", not a deferred call traind knows"));
+    }
+  }
+  return calls;
+}
+
+void OptimizerStepInfoToWire(const OptimizerStepInfo& step, v1::OptimizerStepResponse* wire) {
+  wire->set_optimizer_step(step.optimizer_step);
+  wire->set_learning_rate(step.learning_rate);
+  wire->set_skipped(step.skipped);
+  wire->set_skip_reason(step.skip_reason);
+}
+
+}  // namespace
+
 absl::Status TrainingServiceImpl::Step(const Call& call, const v1::TrainStepRequest& request,
                                        v1::TrainStepResponse* response) {
   TRAIND_ASSIGN_OR_RETURN(engine::NamedTensors inputs,
@@ -517,12 +553,14 @@ absl::Status TrainingServiceImpl::Step(const Call& call, const v1::TrainStepRequ
   if (request.examples_per_step() > 0 && !fetch.empty()) {
     return absl::InvalidArgumentError("fetch_outputs cannot be combined with examples_per_step");
   }
+  TRAIND_ASSIGN_OR_RETURN(const std::vector<DeferredCall> before_step, DeferredCallsFromWire(request));
   TRAIND_ASSIGN_OR_RETURN(TrainStepResult result,
                           request.examples_per_step() > 0
                               ? sessions_->TrainSteps(call.caller, request.session_id(), inputs,
                                                       request.examples_per_step(), request.accumulate_only())
                               : sessions_->TrainStep(call.caller, request.session_id(), inputs,
-                                                     request.accumulate_only(), fetch));
+                                                     request.accumulate_only(), fetch, /*set_properties=*/nullptr,
+                                                     before_step));
   response->set_loss(result.loss);
   for (const auto& [name, tensor] : result.outputs) {
     TRAIND_RETURN_IF_ERROR(TensorToWire(name, tensor, response->add_outputs()));
@@ -533,6 +571,9 @@ absl::Status TrainingServiceImpl::Step(const Call& call, const v1::TrainStepRequ
   response->set_skip_reason(result.skip_reason);
   response->mutable_step_losses()->Assign(result.step_losses.begin(), result.step_losses.end());
   response->set_skipped_steps(result.skipped_steps);
+  for (const OptimizerStepInfo& step : result.deferred_optimizer_steps) {
+    OptimizerStepInfoToWire(step, response->add_deferred_optimizer_steps());
+  }
   return absl::OkStatus();
 }
 
@@ -587,10 +628,7 @@ grpc::Status TrainingServiceImpl::OptimizerStep(Context* context, const v1::Opti
   TRAIND_AUTHORIZE(call);
   absl::StatusOr<OptimizerStepInfo> step = sessions_->OptimizerStep(call.caller, request->session_id());
   if (!step.ok()) return Fail(context, step.status());
-  response->set_optimizer_step(step->optimizer_step);
-  response->set_learning_rate(step->learning_rate);
-  response->set_skipped(step->skipped);
-  response->set_skip_reason(step->skip_reason);
+  OptimizerStepInfoToWire(*step, response);
   return grpc::Status::OK;
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -373,6 +374,151 @@ TEST(ConcurrencyTest, TwoSessionsTrainedAtOnceFromTwoClientsEqualSerialTraining)
   ASSERT_GRPC_OK(Call(*daemon->stub, &Stub::ListSessions, v1::ListSessionsRequest(), &list));
   EXPECT_EQ(list.sessions_size(), 4);
   for (const v1::Session& session : list.sessions()) EXPECT_EQ(session.train_steps(), 6);
+}
+
+// ---- Deferred calls: an ORT-style loop in one round trip a step ----
+
+v1::TrainStepRequest AccumulateRequest(const std::string& session, const NamedTensors& batch,
+                                       std::vector<v1::DeferredCall> before_step = {}) {
+  v1::TrainStepRequest request;
+  request.set_session_id(session);
+  request.set_accumulate_only(true);
+  AddInputs(batch, request.mutable_inputs());
+  for (v1::DeferredCall call : before_step) request.add_before_step(call);
+  return request;
+}
+
+void SetManualLinearSchedule(Stub& stub, const std::string& session) {
+  v1::SetSchedulerRequest request;
+  request.set_session_id(session);
+  request.mutable_scheduler()->mutable_linear_warmup_decay()->set_warmup_steps(2);
+  request.mutable_scheduler()->mutable_linear_warmup_decay()->set_total_steps(6);
+  request.set_initial_learning_rate(0.01f);
+  request.set_manual_step(true);
+  v1::SetSchedulerResponse response;
+  ASSERT_GRPC_OK(Call(stub, &Stub::SetScheduler, request, &response));
+}
+
+void OptimizerSchedulerReset(Stub& stub, const std::string& session) {
+  v1::OptimizerStepRequest step;
+  step.set_session_id(session);
+  v1::OptimizerStepResponse stepped;
+  ASSERT_GRPC_OK(Call(stub, &Stub::OptimizerStep, step, &stepped));
+  v1::SchedulerStepRequest schedule;
+  schedule.set_session_id(session);
+  v1::LearningRate scheduled;
+  ASSERT_GRPC_OK(Call(stub, &Stub::SchedulerStep, schedule, &scheduled));
+  v1::LazyResetGradRequest reset;
+  reset.set_session_id(session);
+  v1::LazyResetGradResponse was_reset;
+  ASSERT_GRPC_OK(Call(stub, &Stub::LazyResetGrad, reset, &was_reset));
+}
+
+TEST(DeferredCallsTest, StepsCarryingTheirPredecessorsCallsEqualTheCallsMadeOneByOneBitForBit) {
+  auto daemon = testing::StartService();
+  ASSERT_NE(daemon, nullptr);
+  Stub& stub = *daemon->stub;
+  v1::GenerateArtifactsResponse artifacts;
+  ASSERT_GRPC_OK(Call(stub, &Stub::GenerateArtifacts, ArtifactsRequest("mlp", AdamW()), &artifacts));
+  std::string one_by_one, deferred;
+  for (std::string* id : {&one_by_one, &deferred}) {
+    v1::Session session;
+    ASSERT_GRPC_OK(Call(stub, &Stub::CreateSession, SessionRequest(artifacts.artifact_id()), &session));
+    *id = session.session_id();
+    SetManualLinearSchedule(stub, *id);
+  }
+  const NamedTensors batch = GoldenBatch("mlp");
+  const std::vector<v1::DeferredCall> loop_tail = {v1::DEFERRED_OPTIMIZER_STEP, v1::DEFERRED_SCHEDULER_STEP,
+                                                   v1::DEFERRED_LAZY_RESET_GRAD};
+  for (int step = 0; step < 4; ++step) {
+    const NamedTensors scaled = Scaled(batch, 1.0f + 0.1f * step);
+    // ORT's loop: module(batch); optimizer.step(); scheduler.step(); module.lazy_reset_grad().
+    v1::TrainStepResponse separate;
+    ASSERT_GRPC_OK(Call(stub, &Stub::TrainStep, AccumulateRequest(one_by_one, scaled), &separate));
+    OptimizerSchedulerReset(stub, one_by_one);
+    // The same loop with the three calls after each step sent with the next one.
+    v1::TrainStepResponse carried;
+    ASSERT_GRPC_OK(Call(stub, &Stub::TrainStep,
+                        AccumulateRequest(deferred, scaled, step == 0 ? std::vector<v1::DeferredCall>() : loop_tail),
+                        &carried));
+    EXPECT_EQ(carried.loss(), separate.loss()) << "step " << step;
+    ASSERT_EQ(carried.deferred_optimizer_steps_size(), step == 0 ? 0 : 1);
+    if (step > 0) {
+      EXPECT_EQ(carried.deferred_optimizer_steps(0).optimizer_step(), step);
+      EXPECT_FALSE(carried.deferred_optimizer_steps(0).skipped());
+    }
+  }
+  OptimizerSchedulerReset(stub, deferred);  // the last step's calls, made when the loop ends
+  const Observed separate = Observe(stub, one_by_one), carried = Observe(stub, deferred);
+  EXPECT_EQ(separate.step, 4);
+  EXPECT_TRUE(carried == separate);
+  EXPECT_NE(separate.learning_rate, 0.01f);  // the schedule moved it
+}
+
+TEST(DeferredCallsTest, ARefusedStepAppliesNoneOfItsDeferredCalls) {
+  auto daemon = testing::StartService();
+  ASSERT_NE(daemon, nullptr);
+  Stub& stub = *daemon->stub;
+  v1::GenerateArtifactsResponse artifacts;
+  ASSERT_GRPC_OK(Call(stub, &Stub::GenerateArtifacts, ArtifactsRequest("mlp", AdamW()), &artifacts));
+  v1::Session session;
+  ASSERT_GRPC_OK(Call(stub, &Stub::CreateSession, SessionRequest(artifacts.artifact_id()), &session));
+  const std::string id = session.session_id();
+  const NamedTensors batch = GoldenBatch("mlp");
+  v1::TrainStepResponse response;
+  ASSERT_GRPC_OK(Call(stub, &Stub::TrainStep, AccumulateRequest(id, batch), &response));
+  const Observed before = Observe(stub, id);  // gradients accumulated, no optimizer step yet
+
+  const std::vector<v1::DeferredCall> step_and_reset = {v1::DEFERRED_OPTIMIZER_STEP, v1::DEFERRED_LAZY_RESET_GRAD};
+  struct Case {
+    std::string what;
+    std::function<void(v1::TrainStepRequest&)> mutate;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"unknown input", [](auto& r) { r.mutable_inputs(0)->set_name("pixels"); }, grpc::INVALID_ARGUMENT,
+       "unknown input 'pixels'"},
+      {"class id out of range",
+       [](auto& r) {
+         for (v1::Tensor& tensor : *r.mutable_inputs()) {
+           if (tensor.dtype() != v1::INT64) continue;
+           const int64_t bad = 4;  // the golden mlp has 4 classes
+           std::memcpy(tensor.mutable_data()->data(), &bad, sizeof(bad));
+         }
+       },
+       grpc::INVALID_ARGUMENT, "outside [0, 4)"},
+      {"a scheduler step without a scheduler", [](auto& r) { r.add_before_step(v1::DEFERRED_SCHEDULER_STEP); },
+       grpc::FAILED_PRECONDITION, "has no scheduler"},
+      {"an unknown deferred call", [](auto& r) { r.add_before_step(static_cast<v1::DeferredCall>(42)); },
+       grpc::INVALID_ARGUMENT, "before_step[2] is 42"},
+      {"the unspecified deferred call", [](auto& r) { r.add_before_step(v1::DEFERRED_CALL_UNSPECIFIED); },
+       grpc::INVALID_ARGUMENT, "before_step[2] is 0"},
+      {"too many deferred calls",
+       [](auto& r) {
+         for (int i = 0; i < 15; ++i) r.add_before_step(v1::DEFERRED_LAZY_RESET_GRAD);
+       },
+       grpc::INVALID_ARGUMENT, "at most 16"},
+      {"with examples_per_step", [](auto& r) { r.set_examples_per_step(2); }, grpc::INVALID_ARGUMENT,
+       "before_step cannot be combined with examples_per_step"},
+      {"unknown session", [](auto& r) { r.set_session_id("no-such-session"); }, grpc::NOT_FOUND, "no-such-session"},
+  };
+  for (const Case& bad : cases) {
+    v1::TrainStepRequest request = AccumulateRequest(id, batch, step_and_reset);
+    bad.mutate(request);
+    v1::TrainStepResponse refused;
+    const grpc::Status status = Call(stub, &Stub::TrainStep, request, &refused);
+    EXPECT_EQ(status.error_code(), bad.code) << bad.what << ": " << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(bad.message)) << bad.what;
+    EXPECT_TRUE(Observe(stub, id) == before) << bad.what << " changed the session";
+  }
+  // And the good request, once: the optimizer step, then the reset, then a step whose gradients replace the old.
+  ASSERT_GRPC_OK(Call(stub, &Stub::TrainStep, AccumulateRequest(id, batch, step_and_reset), &response));
+  ASSERT_EQ(response.deferred_optimizer_steps_size(), 1);
+  EXPECT_EQ(response.deferred_optimizer_steps(0).optimizer_step(), 1);
+  const Observed after = Observe(stub, id);
+  EXPECT_EQ(after.step, 1);
+  EXPECT_NE(after.parameters, before.parameters);
 }
 
 // ---- Checkpoints ----

@@ -1,6 +1,6 @@
 """The rest of ONNX Runtime's training API over a real traind: parameters and properties of a bound
 CheckpointState, contiguous buffers as OrtValues (fleet averaging), OrtValue inputs and outputs, the export,
-devices, and onnxblock's TrainingBlock."""
+devices, onnxblock's TrainingBlock, and the training loop's deferred calls (one round trip a step)."""
 
 import os
 import unittest
@@ -15,7 +15,7 @@ from daemon import Daemon, scratch_dir
 from testing_models import WeightedAverageLoss, two_head_model
 from traind_client import OrtValue
 from traind_client.training import artifacts
-from traind_client.training.api import CheckpointState, Module, Optimizer
+from traind_client.training.api import CheckpointState, LinearLRScheduler, Module, Optimizer
 
 BATCH = 4
 
@@ -46,6 +46,78 @@ class OrtApiTest(unittest.TestCase):
         module = Module(os.path.join(self.dir, "training_model.onnx"), state, os.path.join(self.dir, "eval_model.onnx"))
         self.addCleanup(module.close)
         return state, module, Optimizer(os.path.join(self.dir, "optimizer_model.onnx"), module) if optimizer else None
+
+    def count_calls(self, client):
+        """The RPC names `client` sends from now on (until the test ends)."""
+        calls = []
+        send = client._call
+
+        def counting(method, *args, **kwargs):
+            calls.append(method)
+            return send(method, *args, **kwargs)
+
+        client._call = counting
+        self.addCleanup(setattr, client, "_call", send)
+        return calls
+
+    def test_the_training_loop_is_one_round_trip_a_step_and_equals_the_calls_made_one_by_one(self):
+        _, module, optimizer = self.module()
+        scheduler = LinearLRScheduler(optimizer, warmup_step_count=2, total_step_count=6, initial_lr=0.1)
+        # The reference: the same loop as separate RPCs (the low-level client), on a session of its own.
+        _, reference, reference_optimizer = self.module()
+        LinearLRScheduler(reference_optimizer, warmup_step_count=2, total_step_count=6, initial_lr=0.1)
+        client, session = self.daemon.client, reference.session_id
+        names = reference.input_names()
+        calls = self.count_calls(module._client)
+        for step in range(5):
+            inputs = batch(step)
+            loss, _ = module(*inputs)
+            optimizer.step()
+            scheduler.step()
+            module.lazy_reset_grad()
+            expected = client.train_step(session, dict(zip(names, inputs)), accumulate_only=True).loss
+            client.optimizer_step(session)
+            client.scheduler_step(session)
+            client.lazy_reset_grad(session)
+            self.assertEqual(float(loss), expected, f"step {step}")
+        self.assertEqual(calls, ["TrainStep"] * 5)
+        # Reading the session makes the last step's deferred calls first.
+        np.testing.assert_array_equal(module.get_contiguous_parameters().numpy(),
+                                      client.get_parameters(session).buffer)
+        self.assertEqual(calls[5:], ["OptimizerStep", "SchedulerStep", "LazyResetGrad", "GetParameters"])
+        self.assertEqual(optimizer.get_learning_rate(), client.get_learning_rate(session).learning_rate)
+        self.assertEqual(client.get_session(module.session_id).optimizer_step, 5)
+
+    def test_a_refused_step_keeps_its_deferred_calls_and_the_next_applies_them_once(self):
+        _, module, optimizer = self.module()
+        client = self.daemon.client
+        x, target1, target2 = batch(0)
+        module(x, target1, target2)
+        session = module.session_id
+        before = client.get_parameters(session).buffer
+        optimizer.step()
+        module.lazy_reset_grad()
+        with self.assertRaises(traind_client.InvalidArgumentError):
+            module(x[:, :2], target1, target2)
+        np.testing.assert_array_equal(client.get_parameters(session).buffer, before)  # nothing applied yet
+        self.assertEqual(client.get_session(session).optimizer_step, 0)
+        module(*batch(1))
+        self.assertEqual(client.get_session(session).optimizer_step, 1)
+        self.assertFalse(np.array_equal(client.get_parameters(session).buffer, before))
+        module(*batch(2))  # nothing deferred since: no second optimizer step
+        self.assertEqual(client.get_session(session).optimizer_step, 1)
+
+    def test_a_deferred_optimizer_step_that_the_daemon_skips_is_logged_when_its_answer_comes(self):
+        _, module, optimizer = self.module()
+        x, target1, target2 = batch(0)
+        target1[0, 0] = np.nan  # a non-finite loss and gradients
+        module(x, target1, target2)
+        optimizer.step()
+        module.lazy_reset_grad()
+        with self.assertLogs(level="WARNING") as logged:
+            module(*batch(1))
+        self.assertIn("traind skipped optimizer step 1", "\n".join(logged.output))
+        self.assertEqual(self.daemon.client.get_session(module.session_id).optimizer_step, 0)
 
     def test_a_bound_state_reads_and_writes_the_session(self):
         state, module, optimizer = self.module()

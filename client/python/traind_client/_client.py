@@ -48,6 +48,8 @@ class TrainStepResult:
     # With examples_per_step: every step's loss, and how many steps were skipped.
     step_losses: List[float] = dataclasses.field(default_factory=list)
     skipped_steps: int = 0
+    # With before_step: what each deferred optimizer step answered (traind.v1.OptimizerStepResponse), in order.
+    deferred_optimizer_steps: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -142,7 +144,22 @@ def _train_step_result(response):
     return TrainStepResult(loss=response.loss, outputs=_tensors.named_from_wire(response.outputs),
                            optimizer_step=response.optimizer_step, learning_rate=response.learning_rate,
                            skipped=response.skipped, skip_reason=response.skip_reason,
-                           step_losses=list(response.step_losses), skipped_steps=response.skipped_steps)
+                           step_losses=list(response.step_losses), skipped_steps=response.skipped_steps,
+                           deferred_optimizer_steps=list(response.deferred_optimizer_steps))
+
+
+# train_step's before_step names -> traind.v1.DeferredCall.
+DEFERRED_CALLS = {"optimizer_step": pb.DEFERRED_OPTIMIZER_STEP, "scheduler_step": pb.DEFERRED_SCHEDULER_STEP,
+                  "lazy_reset_grad": pb.DEFERRED_LAZY_RESET_GRAD}
+
+
+def _deferred_call(call):
+    if isinstance(call, str):
+        try:
+            return DEFERRED_CALLS[call]
+        except KeyError:
+            raise ValueError(f"unknown deferred call {call!r}; traind defers {', '.join(DEFERRED_CALLS)}") from None
+    return int(call)
 
 
 def _read_source(source):
@@ -404,13 +421,17 @@ class Client:
     # ---- training and evaluation ----
 
     def train_step(self, session_id, inputs, *, accumulate_only=False, fetch_outputs=(), examples_per_step=0,
-                   timeout=None):
+                   before_step=(), timeout=None):
         """TrainStep with `inputs` {name: array} (model inputs and targets). By default forward + backward +
         optimizer step + lazy gradient reset; accumulate_only: forward + backward only. examples_per_step > 0 cuts
         the arrays' first axis into slices of that many examples, each a step of its own, all in this one call
-        (the result's step_losses has one loss per step, `loss` their example-weighted mean)."""
+        (the result's step_losses has one loss per step, `loss` their example-weighted mean). before_step: calls
+        made since the last step and sent with this one ("optimizer_step", "scheduler_step", "lazy_reset_grad"),
+        applied in order before its forward pass; none of them is applied when the call is refused before
+        computing."""
         request = pb.TrainStepRequest(session_id=session_id, accumulate_only=accumulate_only,
-                                      fetch_outputs=list(fetch_outputs), examples_per_step=examples_per_step)
+                                      fetch_outputs=list(fetch_outputs), examples_per_step=examples_per_step,
+                                      before_step=[_deferred_call(call) for call in before_step])
         _tensors.named_to_wire(inputs, request.inputs)
         return _train_step_result(self._call("TrainStep", request, timeout))
 

@@ -18,5 +18,6 @@ class LinearLRScheduler:
         # The daemon applies the schedule at the current step count at once, as ONNX Runtime's constructor does.
 
     def step(self):
-        """Sets the learning rate for the optimizer's current step count."""
-        self._optimizer._module._client.scheduler_step(self._optimizer._session_id())
+        """Sets the learning rate for the optimizer's current step count (in order with the optimizer steps:
+        sent with the Module's next training step, as Optimizer.step() is)."""
+        self._optimizer._module._defer("scheduler_step")

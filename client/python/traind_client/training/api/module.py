@@ -5,14 +5,23 @@ first use, so that an Optimizer made right after the Module joins the same sessi
 session exists moves it: the session's checkpoint (with optimizer state) starts a new session that has the
 optimizer model, and the old one is closed. The session is closed by Module.close() (which brings the final
 state back into the CheckpointState) or when the Module is garbage-collected.
+
+ONNX Runtime's Optimizer.step(), LinearLRScheduler.step() and Module.lazy_reset_grad() answer nothing, so the
+Module defers them and sends them with its next training step (TrainStep's before_step): the usual loop costs one
+round trip a step instead of three or four, with the same results bit for bit. Anything else that touches the
+session (eval, parameters, learning rate, checkpoints, export, close) first makes the calls still deferred. A
+deferred call's error (or a skipped optimizer step's warning) therefore surfaces at that next call.
 """
 
+import logging
 import os
 import weakref
 
+import grpc
 import numpy as np
 
 from traind_client import _checkpoint, _tensors
+from traind_client._errors import TraindError
 from traind_client._ortvalue import OrtValue, as_numpy
 from traind_client.training import _connection
 
@@ -34,6 +43,21 @@ def _device(device):
     if kind in ("cuda", "gpu") and (index == "" or index.isdigit()):
         return "gpu", int(index or 0)
     raise ValueError(f"unknown device {device!r}: use 'cpu', 'gpu[:index]' or 'cuda[:index]'")
+
+
+# TrainStep's limit on the calls it carries; the Module makes them one by one past it.
+_MAX_DEFERRED_CALLS = 16
+# Codes of a TrainStep refused before computing: the calls it carried were not applied and stay deferred. Any other
+# failure may have come after they were applied; they are then dropped rather than risk applying them twice.
+_REFUSED_BEFORE_COMPUTING = frozenset({
+    grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED,
+})
+
+
+def _warn_if_skipped(step):
+    if step.skipped:
+        logging.warning("traind skipped optimizer step %d: %s", step.optimizer_step + 1, step.skip_reason)
 
 
 def _close_quietly(client, session_id):
@@ -59,6 +83,7 @@ class Module:
         self._state = state
         self._session = None  # traind.v1.Session once created
         self._finalizer = None
+        self._deferred = []  # calls answered locally, to be sent with the next training step, in order
         self.training = True
         state._bind(self)
 
@@ -70,10 +95,35 @@ class Module:
         return self._ensure_session().session_id
 
     def _live_session(self):
-        return (self._client, self._session.session_id) if self._session is not None else None
+        if self._session is None:
+            return None
+        self._make_deferred_calls()
+        return self._client, self._session.session_id
 
-    def _ensure_session(self, checkpoint_bytes=None):
+    def _defer(self, call):
+        """Optimizer.step(), LinearLRScheduler.step() and lazy_reset_grad(): sent with the next training step."""
+        if len(self._deferred) >= _MAX_DEFERRED_CALLS:
+            self._make_deferred_calls()
+        self._deferred.append(call)
+
+    def _make_deferred_calls(self):
+        """Makes the deferred calls one by one (something other than a training step needs the session now)."""
+        if self._session is None:
+            return
+        session_id = self._session.session_id
+        while self._deferred:
+            call = self._deferred.pop(0)
+            if call == "optimizer_step":
+                _warn_if_skipped(self._client.optimizer_step(session_id))
+            elif call == "scheduler_step":
+                self._client.scheduler_step(session_id)
+            else:
+                self._client.lazy_reset_grad(session_id)
+
+    def _ensure_session(self, checkpoint_bytes=None, make_deferred_calls=True):
         if self._session is not None:
+            if make_deferred_calls:
+                self._make_deferred_calls()
             return self._session
         if checkpoint_bytes is None:
             local = self._state._local
@@ -97,6 +147,7 @@ class Module:
         self._optimizer_model = optimizer_model
         if self._session is None:
             return
+        self._make_deferred_calls()
         moved = self._client.save_checkpoint(self._session.session_id, include_optimizer_state=True,
                                              return_bytes=True).content
         old = self._session
@@ -113,8 +164,10 @@ class Module:
     def close(self):
         """Closes the remote session; the CheckpointState keeps its final state (with optimizer state)."""
         if self._session is None:
+            self._deferred.clear()
             self._state._unbind(self, None)
             return
+        self._make_deferred_calls()
         data = self._client.save_checkpoint(self._session.session_id, include_optimizer_state=True,
                                             return_bytes=True).content
         self._finalizer.detach()
@@ -134,7 +187,7 @@ class Module:
         """A training step (forward + backward, gradients accumulate) in training mode, an evaluation in eval mode.
         Inputs are positional, in input_names() order; returns the outputs (one array, or a tuple), as OrtValues
         when the inputs were OrtValues."""
-        session = self._ensure_session()
+        session = self._ensure_session(make_deferred_calls=not self.training)
         declared = list(session.training_inputs if self.training else session.eval_inputs)
         if len(user_inputs) != len(declared):
             raise RuntimeError(f"the {'training' if self.training else 'eval'} model takes {len(declared)} inputs "
@@ -142,7 +195,16 @@ class Module:
         inputs = {info.name: _matching(as_numpy(value), info) for value, info in zip(user_inputs, declared)}
         if self.training:
             names = list(session.output_names)
-            result = self._client.train_step(session.session_id, inputs, accumulate_only=True, fetch_outputs=names)
+            carried, self._deferred = self._deferred, []
+            try:
+                result = self._client.train_step(session.session_id, inputs, accumulate_only=True,
+                                                 fetch_outputs=names, before_step=carried)
+            except TraindError as error:
+                if error.code in _REFUSED_BEFORE_COMPUTING:
+                    self._deferred = carried + self._deferred
+                raise
+            for step in result.deferred_optimizer_steps:
+                _warn_if_skipped(step)
         else:
             names = list(session.eval_output_names)
             result = self._client.eval(session.session_id, inputs, fetch_outputs=names)
@@ -159,8 +221,8 @@ class Module:
         return self.train(False)
 
     def lazy_reset_grad(self):
-        """The next training step overwrites the gradients instead of adding to them."""
-        self._client.lazy_reset_grad(self._ensure_session().session_id)
+        """The next training step overwrites the gradients instead of adding to them (sent with that step)."""
+        self._defer("lazy_reset_grad")
 
     def get_contiguous_parameters(self, trainable_only=False):
         """Every (trainable_only: every trainable) parameter, in checkpoint order, as one float32 OrtValue."""

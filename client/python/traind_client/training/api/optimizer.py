@@ -1,6 +1,5 @@
 """Optimizer: onnxruntime.training.api.Optimizer over the Module's traind session."""
 
-import logging
 import os
 
 
@@ -18,11 +17,10 @@ class Optimizer:
         return self._module._ensure_session().session_id
 
     def step(self):
-        """Applies the accumulated gradients. A step whose loss or gradients were not finite is skipped by the
-        daemon (parameters and optimizer state unchanged) and logged here."""
-        result = self._module._client.optimizer_step(self._session_id())
-        if result.skipped:
-            logging.warning("traind skipped optimizer step %d: %s", result.optimizer_step + 1, result.skip_reason)
+        """Applies the accumulated gradients: sent with the Module's next training step, or made before anything
+        else reads or changes the session (see module.py). A step whose loss or gradients were not finite is
+        skipped by the daemon (parameters and optimizer state unchanged) and logged when its answer comes."""
+        self._module._defer("optimizer_step")
 
     def set_learning_rate(self, learning_rate):
         self._module._client.set_learning_rate(self._session_id(), float(learning_rate))
