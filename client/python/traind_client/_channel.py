@@ -45,6 +45,15 @@ def _pem(value, what):
         raise ValueError(f"{what}: cannot read {text}: {error.strerror}") from None
 
 
+# The HTTP/2 settings the daemon and the C++ client (client/connection.cc) use: a batch of a few hundred KB goes
+# out in one frame, within the first flow-control window, without waiting for the peer's window updates.
+HTTP2_OPTIONS = [
+    ("grpc.http2.max_frame_size", 1 << 20),
+    ("grpc.http2.lookahead_bytes", 8 << 20),
+    ("grpc.http2.write_buffer_size", 8 << 20),
+]
+
+
 def connect(address=None, *, tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None, token=None,
             timeout=None, max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES):
     """A Client for the traind daemon at `address` (default: $TRAIND_ADDRESS, then 127.0.0.1:50051).
@@ -63,7 +72,7 @@ def connect(address=None, *, tls_ca=None, tls_cert=None, tls_key=None, tls_serve
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.enable_retries", 1),
         ("grpc.service_config", _SERVICE_CONFIG),
-    ]
+    ] + HTTP2_OPTIONS
     if tls_server_name:
         options.append(("grpc.ssl_target_name_override", tls_server_name))
     if tls_ca is not None or tls_cert is not None:
