@@ -599,24 +599,13 @@ absl::StatusOr<TrainStepResult> SessionManager::TrainStep(const Caller& caller, 
           for (DeferredCall call : before_step) {
             switch (call) {
               case DeferredCall::kOptimizerStep: {
-                TRAIND_ASSIGN_OR_RETURN(const engine::OptimizerStepResult step, session->optimizer->Step());
-                ++session->parameters_version;
-                OptimizerStepInfo& info = result.deferred_optimizer_steps.emplace_back();
-                info.optimizer_step = session->optimizer->GetStep();
-                info.learning_rate = session->optimizer->GetLearningRate();
-                info.skipped = step.skipped;
-                if (step.skipped) {
-                  info.skip_reason = "a loss or gradient accumulated since the last reset is not finite";
-                }
+                TRAIND_ASSIGN_OR_RETURN(OptimizerStepInfo info, ApplyOptimizerStep(*session));
+                result.deferred_optimizer_steps.push_back(std::move(info));
                 break;
               }
-              case DeferredCall::kSchedulerStep: {
-                engine::Optimizer& optimizer = *session->optimizer;
-                TRAIND_ASSIGN_OR_RETURN(const float rate,
-                                        schedule->LearningRate(optimizer.GetStep(), optimizer.GetInitialLearningRate()));
-                TRAIND_RETURN_IF_ERROR(optimizer.SetLearningRate(rate));
+              case DeferredCall::kSchedulerStep:
+                TRAIND_RETURN_IF_ERROR(ApplySchedule(*session->optimizer, *schedule));
                 break;
-              }
               case DeferredCall::kLazyResetGrad:
                 session->module->LazyResetGrad();
                 break;
@@ -677,15 +666,10 @@ absl::StatusOr<OptimizerStepInfo> SessionManager::OptimizerStep(const Caller& ca
   OptimizerStepInfo info;
   TRAIND_RETURN_IF_ERROR(compute_->Run(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
-        TRAIND_ASSIGN_OR_RETURN(engine::OptimizerStepResult step, session->optimizer->Step());
-        ++session->parameters_version;
-        info.skipped = step.skipped;
-        if (step.skipped) info.skip_reason = "a loss or gradient accumulated since the last reset is not finite";
+        TRAIND_ASSIGN_OR_RETURN(info, ApplyOptimizerStep(*session));
         return absl::OkStatus();
       },
       caller.cancelled));
-  info.optimizer_step = session->optimizer->GetStep();
-  info.learning_rate = session->optimizer->GetLearningRate();
   MaybeCheckpoint(*session);
   session->RefreshSnapshot();
   return info;
@@ -781,6 +765,24 @@ absl::StatusOr<engine::LearningRateScheduler> SessionManager::ScheduleOf(const S
   return absl::FailedPreconditionError(absl::StrCat("session '", session_id, "' has no scheduler: SetScheduler first"));
 }
 
+absl::StatusOr<OptimizerStepInfo> SessionManager::ApplyOptimizerStep(Session& session) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  TRAIND_ASSIGN_OR_RETURN(const engine::OptimizerStepResult step, session.optimizer->Step());
+  ++session.parameters_version;
+  OptimizerStepInfo info;
+  info.optimizer_step = session.optimizer->GetStep();
+  info.learning_rate = session.optimizer->GetLearningRate();
+  info.skipped = step.skipped;
+  if (step.skipped) info.skip_reason = "a loss or gradient accumulated since the last reset is not finite";
+  return info;
+}
+
+absl::Status SessionManager::ApplySchedule(engine::Optimizer& optimizer,
+                                           const engine::LearningRateScheduler& schedule) {
+  TRAIND_ASSIGN_OR_RETURN(const float rate,
+                          schedule.LearningRate(optimizer.GetStep(), optimizer.GetInitialLearningRate()));
+  return optimizer.SetLearningRate(rate);
+}
+
 absl::StatusOr<LearningRateInfo> SessionManager::SchedulerStep(const Caller& caller, const std::string& session_id,
                                                                std::optional<double> metric) {
   TRAIND_SESSION_CALL(session, session_id);
@@ -791,9 +793,7 @@ absl::StatusOr<LearningRateInfo> SessionManager::SchedulerStep(const Caller& cal
   if (metric) {
     TRAIND_ASSIGN_OR_RETURN(outcome, scheduler->ObserveMetric(*metric, optimizer.GetLearningRate()));
   }
-  TRAIND_ASSIGN_OR_RETURN(const float rate,
-                          scheduler->LearningRate(optimizer.GetStep(), optimizer.GetInitialLearningRate()));
-  TRAIND_RETURN_IF_ERROR(optimizer.SetLearningRate(rate));
+  TRAIND_RETURN_IF_ERROR(ApplySchedule(optimizer, *scheduler));
   if (metric) {
     // The schedule's progress lives where the schedule does: the checkpoint, or (manual) the session's record.
     if (session->manual_scheduler) {

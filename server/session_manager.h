@@ -344,6 +344,11 @@ class SessionManager {
   // it has none (caller holds the session's lock).
   static absl::StatusOr<engine::LearningRateScheduler> ScheduleOf(const Session& session,
                                                                   const std::string& session_id);
+  // OptimizerStep's work, for the RPC and for a TrainStep's deferred step (on the compute pool, the session's lock
+  // held): applies the accumulated gradients, or skips them when one is not finite.
+  static absl::StatusOr<OptimizerStepInfo> ApplyOptimizerStep(Session& session);
+  // SchedulerStep's work: the learning rate becomes the schedule's at the optimizer's step count.
+  static absl::Status ApplySchedule(engine::Optimizer& optimizer, const engine::LearningRateScheduler& schedule);
   // Drops expired forward handles: the session's (its lock held), and those of other sessions not busy now.
   void ExpireForwards(Session& session);
 
